@@ -1,0 +1,2 @@
+//! Shared helpers for the multicdn example programs.
+#![forbid(unsafe_code)]

@@ -1,0 +1,732 @@
+//! The policy file: one YAML document, the single source of truth for providers, cache policy,
+//! health checking and steering.
+//!
+//! [`Policy::load`] parses with `deny_unknown_fields`, then validates once. Every error names
+//! the file, line and column, the field's path (`steering.regions[2].weights`) and what would
+//! be valid:
+//!
+//! ```
+//! let yaml = "providers: {}\nhealth: {path: /h, expect: ok, regions: [a]}\nsteering: {record: w.example.com, zone: example.com, regions: []}\nsurprise: 1\n";
+//! let err = multicdn_core::policy::Policy::from_yaml(yaml, "policy.yaml").unwrap_err();
+//! assert!(err.to_string().starts_with("policy.yaml:4:1: surprise:"), "{err}");
+//! ```
+//!
+//! Durations are written `90s` or `10m` (or a number of seconds); shares `10%` or `12.5%`
+//! (or a number of percent). `examples/policy.yaml` is a complete file.
+
+mod location;
+pub mod units;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::id::{CohortId, ProviderId, RegionId};
+use crate::network::NetworkKey;
+use crate::traits::{CohortPlan, ProviderKind, SteeringPlan};
+use crate::weights::Weights;
+
+pub use location::Position;
+use location::LocationIndex;
+pub use units::{Dur, Share};
+
+/// The whole policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Policy {
+    /// The site every provider fronts.
+    #[serde(default)]
+    pub site: Site,
+    /// The CDNs, by id.
+    pub providers: BTreeMap<ProviderId, ProviderSpec>,
+    /// What to cache and for how long (rendered to every provider).
+    #[serde(default)]
+    pub cache: CachePolicy,
+    /// How edges are probed.
+    pub health: HealthPolicy,
+    /// How traffic is split and moved.
+    pub steering: SteeringPolicy,
+}
+
+/// The site.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Site {
+    /// The public hostname (`www.example.com`), sent as `Host` to edges.
+    #[serde(default = "default_site_host")]
+    pub host: String,
+}
+
+fn default_site_host() -> String {
+    "www.example.com".to_owned()
+}
+
+impl Default for Site {
+    fn default() -> Site {
+        Site {
+            host: default_site_host(),
+        }
+    }
+}
+
+/// A Cloudflare plan, which sets its purge rate limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CloudflarePlan {
+    /// Free: 5 purge requests a minute.
+    Free,
+    /// Pro: 5 a second.
+    #[default]
+    Pro,
+    /// Business: 10 a second.
+    Business,
+    /// Enterprise: 50 a second, 500 URLs a request.
+    Enterprise,
+}
+
+/// One provider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ProviderSpec {
+    /// The vendor.
+    pub kind: ProviderKind,
+    /// The edge hostname traffic is steered to (`example.map.fastly.net`).
+    pub edge_host: String,
+    /// Fastly: the service id.
+    #[serde(default)]
+    pub service_id: Option<String>,
+    /// Cloudflare: the zone id.
+    #[serde(default)]
+    pub zone_id: Option<String>,
+    /// Cloudflare: the plan, for purge limits.
+    #[serde(default)]
+    pub plan: Option<CloudflarePlan>,
+    /// The environment variable holding the API token (never the token itself).
+    #[serde(default)]
+    pub token_env: Option<String>,
+}
+
+/// Cache defaults, cache key and routes (seed 000, section 13).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CachePolicy {
+    /// Defaults for every cacheable response.
+    #[serde(default)]
+    pub defaults: CacheDefaults,
+    /// What varies the cache key.
+    #[serde(default)]
+    pub cache_key: CacheKey,
+    /// Per-path rules, first match wins.
+    #[serde(default)]
+    pub routes: Vec<Route>,
+}
+
+/// Cache defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CacheDefaults {
+    /// Edge TTL.
+    #[serde(default = "default_ttl_edge")]
+    pub ttl_edge: Dur,
+    /// Browser TTL.
+    #[serde(default = "default_ttl_browser")]
+    pub ttl_browser: Dur,
+    /// `stale-while-revalidate`.
+    #[serde(default = "default_swr")]
+    pub stale_while_revalidate: Dur,
+    /// `stale-if-error`, set on every cacheable response.
+    #[serde(default = "default_sie")]
+    pub stale_if_error: Dur,
+}
+
+fn default_ttl_edge() -> Dur {
+    Dur::secs(3600)
+}
+fn default_ttl_browser() -> Dur {
+    Dur::secs(60)
+}
+fn default_swr() -> Dur {
+    Dur::secs(86_400)
+}
+fn default_sie() -> Dur {
+    Dur::secs(604_800)
+}
+
+impl Default for CacheDefaults {
+    fn default() -> CacheDefaults {
+        CacheDefaults {
+            ttl_edge: default_ttl_edge(),
+            ttl_browser: default_ttl_browser(),
+            stale_while_revalidate: default_swr(),
+            stale_if_error: default_sie(),
+        }
+    }
+}
+
+/// What goes into the cache key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CacheKey {
+    /// Query parameters kept in the key; all others are dropped.
+    #[serde(default)]
+    pub query_allowlist: Vec<String>,
+    /// Cookies kept in the key.
+    #[serde(default)]
+    pub cookie_allowlist: Vec<String>,
+    /// Normalise `Accept-Encoding` to `br`, `gzip` or nothing.
+    #[serde(default = "yes")]
+    pub normalise_accept_encoding: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for CacheKey {
+    fn default() -> CacheKey {
+        CacheKey {
+            query_allowlist: Vec::new(),
+            cookie_allowlist: Vec::new(),
+            normalise_accept_encoding: true,
+        }
+    }
+}
+
+/// Whether a route is cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheMode {
+    /// Cached with the route's or the default TTLs.
+    #[default]
+    Default,
+    /// Never cached (private, per-user).
+    Never,
+}
+
+/// One path rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Route {
+    /// A regular expression over the path (`^/products/`).
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// `never` for private paths.
+    #[serde(default)]
+    pub cache: CacheMode,
+    /// Edge TTL for this route.
+    #[serde(default)]
+    pub ttl_edge: Option<Dur>,
+    /// Browser TTL for this route.
+    #[serde(default)]
+    pub ttl_browser: Option<Dur>,
+    /// Response headers to set.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Take surrogate keys (tags) from the origin's `Surrogate-Key` header.
+    #[serde(default)]
+    pub surrogate_keys_from_origin: bool,
+    /// Versioned assets: `Cache-Control: immutable`.
+    #[serde(default)]
+    pub immutable: bool,
+}
+
+/// How edges are probed (seed 000, section 9).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct HealthPolicy {
+    /// The object fetched through every edge (`/_health/v3.txt`).
+    pub path: String,
+    /// A string its body must contain.
+    pub expect: String,
+    /// Statuses that pass.
+    #[serde(default = "default_expect_status")]
+    pub expect_status: Vec<u16>,
+    /// The probe runners' regions.
+    pub regions: Vec<RegionId>,
+    /// How many fresh runners must agree that a provider is down.
+    #[serde(default = "default_quorum")]
+    pub quorum: usize,
+    /// Consecutive bad rounds before down.
+    #[serde(default = "default_down_after")]
+    pub down_after: u32,
+    /// Consecutive good rounds before up.
+    #[serde(default = "default_up_after")]
+    pub up_after: u32,
+    /// Time between rounds.
+    #[serde(default = "default_interval")]
+    pub interval: Dur,
+    /// Each probe's deadline.
+    #[serde(default = "default_timeout")]
+    pub timeout: Dur,
+    /// Observations older than this do not vote (default: three intervals).
+    #[serde(default)]
+    pub fresh_for: Option<Dur>,
+}
+
+fn default_expect_status() -> Vec<u16> {
+    vec![200]
+}
+fn default_quorum() -> usize {
+    3
+}
+fn default_down_after() -> u32 {
+    2
+}
+fn default_up_after() -> u32 {
+    10
+}
+fn default_interval() -> Dur {
+    Dur::secs(30)
+}
+fn default_timeout() -> Dur {
+    Dur::secs(3)
+}
+
+impl HealthPolicy {
+    /// How long an observation keeps its vote.
+    pub fn fresh_for(&self) -> Dur {
+        self.fresh_for
+            .unwrap_or(Dur(self.interval.0.saturating_mul(3)))
+    }
+}
+
+/// How traffic is split and moved (seed 000 section 15, seed 002).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SteeringPolicy {
+    /// The steered name (`www.example.com`).
+    pub record: String,
+    /// The DNS zone holding it (`example.com`).
+    pub zone: String,
+    /// The answers' TTL.
+    #[serde(default = "default_ttl")]
+    pub ttl: Dur,
+    /// Static weights per region, in match order; exactly one matches `*`.
+    pub regions: Vec<RegionSpec>,
+    /// Shares no provider may drop under while healthy.
+    #[serde(default)]
+    pub floors: Floors,
+    /// How a demoted provider's traffic moves away.
+    #[serde(default)]
+    pub failover: Failover,
+    /// When real-user measurements may move traffic.
+    #[serde(default)]
+    pub rum: RumPolicy,
+    /// Limits that apply after every other rule.
+    #[serde(default)]
+    pub guardrails: Guardrails,
+    /// Manual pins for networks under known events.
+    #[serde(default)]
+    pub pins: Vec<Pin>,
+}
+
+fn default_ttl() -> Dur {
+    Dur::secs(30)
+}
+
+/// One region's static weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct RegionSpec {
+    /// The cohort's name; defaults to `default` for `*` and `region-N` otherwise.
+    #[serde(default)]
+    pub name: Option<CohortId>,
+    /// Countries, continents, ASNs; `*` for everything else.
+    #[serde(rename = "match")]
+    pub networks: Vec<NetworkKey>,
+    /// The split; must sum to 100%.
+    pub weights: BTreeMap<ProviderId, Share>,
+}
+
+impl RegionSpec {
+    /// The cohort name this region steers under.
+    pub fn cohort_id(&self, index: usize) -> CohortId {
+        if let Some(name) = &self.name {
+            return name.clone();
+        }
+        let fallback = if self.networks.contains(&NetworkKey::Global) {
+            "default".to_owned()
+        } else {
+            format!("region-{index}")
+        };
+        // Both fallbacks satisfy the id rules.
+        CohortId::trusted(&fallback)
+    }
+
+    /// The split as [`Weights`] (valid once the policy has been validated).
+    pub fn weights(&self) -> Result<Weights, crate::weights::WeightsError> {
+        Weights::new(self.weights.iter().map(|(p, s)| (p.clone(), s.bp())))
+    }
+}
+
+/// Floors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Floors {
+    /// Every healthy provider keeps at least this share, so it stays measured and warm.
+    #[serde(default = "default_measurement_floor")]
+    pub measurement: Share,
+    /// Commercial commits: a provider's minimum share.
+    #[serde(default)]
+    pub commits: BTreeMap<ProviderId, Share>,
+}
+
+fn default_measurement_floor() -> Share {
+    Share::percent(10)
+}
+
+impl Default for Floors {
+    fn default() -> Floors {
+        Floors {
+            measurement: default_measurement_floor(),
+            commits: BTreeMap::new(),
+        }
+    }
+}
+
+impl Floors {
+    /// The floor that applies to `provider`: the larger of the measurement floor and its commit.
+    pub fn for_provider(&self, provider: &ProviderId) -> Share {
+        self.measurement
+            .max(self.commits.get(provider).copied().unwrap_or_default())
+    }
+}
+
+/// Failover in steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Failover {
+    /// Cumulative share of a demoted provider's traffic moved at each step; ends at 100%.
+    #[serde(default = "default_steps")]
+    pub steps: Vec<Share>,
+    /// Time between steps.
+    #[serde(default = "default_step_interval")]
+    pub interval: Dur,
+}
+
+fn default_steps() -> Vec<Share> {
+    vec![Share::percent(50), Share::percent(100)]
+}
+fn default_step_interval() -> Dur {
+    Dur::secs(90)
+}
+
+impl Default for Failover {
+    fn default() -> Failover {
+        Failover {
+            steps: default_steps(),
+            interval: default_step_interval(),
+        }
+    }
+}
+
+/// When real-user measurements may move traffic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct RumPolicy {
+    /// Steer on RUM at all.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The percentile compared (75 for p75).
+    #[serde(default = "default_percentile")]
+    pub percentile: u8,
+    /// Samples a cell needs before it may steer.
+    #[serde(default = "default_min_samples")]
+    pub min_samples: u64,
+    /// The measurement window; older samples age out.
+    #[serde(default = "default_window")]
+    pub window: Dur,
+    /// A gap must exceed this share of the slower provider's value...
+    #[serde(default = "default_relative_gap")]
+    pub relative_gap: Share,
+    /// ...and this many milliseconds.
+    #[serde(default = "default_absolute_gap")]
+    pub absolute_gap: Dur,
+    /// Switching back needs the gap times this factor (hysteresis), at least 1.
+    #[serde(default = "default_switch_back")]
+    pub switch_back_factor: f64,
+    /// The most one move shifts a cohort (damping).
+    #[serde(default = "default_step")]
+    pub step: Share,
+    /// After a move, a cohort waits this long to re-measure.
+    #[serde(default = "default_settle")]
+    pub settle: Dur,
+    /// Providers under this availability are not scored at all.
+    #[serde(default = "default_availability")]
+    pub availability_threshold: Share,
+}
+
+fn default_percentile() -> u8 {
+    75
+}
+fn default_min_samples() -> u64 {
+    200
+}
+fn default_window() -> Dur {
+    Dur::secs(3600)
+}
+fn default_relative_gap() -> Share {
+    Share::percent(10)
+}
+fn default_absolute_gap() -> Dur {
+    Dur::millis(20)
+}
+fn default_switch_back() -> f64 {
+    1.5
+}
+fn default_step() -> Share {
+    Share::percent(20)
+}
+fn default_settle() -> Dur {
+    Dur::secs(600)
+}
+fn default_availability() -> Share {
+    Share(9900)
+}
+
+impl Default for RumPolicy {
+    fn default() -> RumPolicy {
+        RumPolicy {
+            enabled: true,
+            percentile: default_percentile(),
+            min_samples: default_min_samples(),
+            window: default_window(),
+            relative_gap: default_relative_gap(),
+            absolute_gap: default_absolute_gap(),
+            switch_back_factor: default_switch_back(),
+            step: default_step(),
+            settle: default_settle(),
+            availability_threshold: default_availability(),
+        }
+    }
+}
+
+/// Limits applied last, after every other rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Guardrails {
+    /// Total traffic moved in any hour (weighted by each cohort's share of traffic).
+    #[serde(default = "default_max_moved")]
+    pub max_moved_per_hour: Share,
+    /// The most one cohort's split changes in any hour.
+    #[serde(default = "default_max_cohort")]
+    pub max_change_per_cohort: Share,
+    /// Inputs older than this: fall back to the static weights (never to zero).
+    #[serde(default = "default_stale_after")]
+    pub stale_after: Dur,
+    /// The big red switch: serve the static weights and ignore everything else.
+    #[serde(default, rename = "static")]
+    pub static_mode: bool,
+    /// Refuse to apply a plan touching more than this share of a record's sets, unless forced.
+    #[serde(default = "default_max_touched")]
+    pub max_touched_per_apply: Share,
+}
+
+fn default_max_moved() -> Share {
+    Share::percent(30)
+}
+fn default_max_cohort() -> Share {
+    Share::percent(40)
+}
+fn default_stale_after() -> Dur {
+    Dur::secs(900)
+}
+fn default_max_touched() -> Share {
+    Share::percent(30)
+}
+
+impl Default for Guardrails {
+    fn default() -> Guardrails {
+        Guardrails {
+            max_moved_per_hour: default_max_moved(),
+            max_change_per_cohort: default_max_cohort(),
+            stale_after: default_stale_after(),
+            static_mode: false,
+            max_touched_per_apply: default_max_touched(),
+        }
+    }
+}
+
+/// A manual pin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Pin {
+    /// The network pinned (`AS7922`, `DE`).
+    pub network: NetworkKey,
+    /// The split it gets while pinned; must sum to 100%.
+    pub weights: BTreeMap<ProviderId, Share>,
+    /// When the pin lapses (RFC 3339).
+    pub until: Timestamp,
+    /// Why, for the journal.
+    pub reason: String,
+}
+
+impl Pin {
+    /// The split as [`Weights`].
+    pub fn weights(&self) -> Result<Weights, crate::weights::WeightsError> {
+        Weights::new(self.weights.iter().map(|(p, s)| (p.clone(), s.bp())))
+    }
+}
+
+/// One problem in a policy file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// The file, as given.
+    pub file: String,
+    /// Where.
+    pub position: Position,
+    /// The field's path (`steering.regions[2].weights`).
+    pub path: String,
+    /// What is wrong, and what would be valid.
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}: {}",
+            self.file,
+            self.position.line,
+            self.position.column,
+            if self.path.is_empty() { "(document)" } else { &self.path },
+            self.message
+        )
+    }
+}
+
+/// Why a policy could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        /// The file.
+        file: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file was read but is not a valid policy: every problem found.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<Diagnostic>),
+}
+
+impl PolicyError {
+    /// The problems, for an invalid file.
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        match self {
+            PolicyError::Invalid(d) => d,
+            PolicyError::Read { .. } => &[],
+        }
+    }
+}
+
+impl Policy {
+    /// Reads and validates the policy at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Policy, PolicyError> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        let src = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Policy::from_yaml(&src, &file)
+    }
+
+    /// Parses and validates a policy; `file` names it in errors.
+    pub fn from_yaml(src: &str, file: &str) -> Result<Policy, PolicyError> {
+        let index = LocationIndex::build(src);
+        let policy: Policy = serde_saphyr::from_str(src).map_err(|e| {
+            let position = e
+                .location()
+                .map(|l| Position {
+                    line: l.line() as usize,
+                    column: l.column() as usize,
+                })
+                .unwrap_or(Position { line: 1, column: 1 });
+            let path = index.path_at(position).unwrap_or_default().to_owned();
+            PolicyError::Invalid(vec![Diagnostic {
+                file: file.to_owned(),
+                position,
+                path,
+                message: plain_message(&e),
+            }])
+        })?;
+        let problems = validate::validate(&policy);
+        if problems.is_empty() {
+            return Ok(policy);
+        }
+        Err(PolicyError::Invalid(
+            problems
+                .into_iter()
+                .map(|(path, message)| Diagnostic {
+                    file: file.to_owned(),
+                    position: index.position_of(&path).unwrap_or(Position { line: 1, column: 1 }),
+                    path,
+                    message,
+                })
+                .collect(),
+        ))
+    }
+
+    /// The static plan: every region's weights from the file, as the steering plan every
+    /// actuator understands. This is what the deadman and the big red switch fall back to.
+    pub fn static_plan(&self) -> SteeringPlan {
+        SteeringPlan {
+            record: self.steering.record.clone(),
+            ttl: self.steering.ttl.get(),
+            cohorts: self
+                .steering
+                .regions
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    Some(CohortPlan {
+                        cohort: r.cohort_id(i),
+                        networks: r.networks.clone(),
+                        weights: r.weights().ok()?,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// The provider ids, sorted.
+    pub fn provider_ids(&self) -> Vec<ProviderId> {
+        self.providers.keys().cloned().collect()
+    }
+}
+
+/// The deserializer's message without its own location suffix or source snippet.
+fn plain_message(e: &serde_saphyr::Error) -> String {
+    let full = e.to_string();
+    let first = full.lines().next().unwrap_or_default();
+    let trimmed = match first.find(" at line ") {
+        Some(i) => &first[..i],
+        None => first,
+    };
+    trimmed.trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,159 @@
+use super::*;
+
+const EXAMPLE: &str = include_str!("../../../examples/policy.yaml");
+
+fn invalid(src: &str) -> Vec<Diagnostic> {
+    match Policy::from_yaml(src, "p.yaml") {
+        Ok(_) => panic!("policy unexpectedly valid"),
+        Err(e) => e.diagnostics().to_vec(),
+    }
+}
+
+/// The example with one line replaced.
+fn edit(from: &str, to: &str) -> String {
+    assert!(EXAMPLE.contains(from), "example lacks {from:?}");
+    EXAMPLE.replacen(from, to, 1)
+}
+
+fn line_of(src: &str, needle: &str) -> usize {
+    src.lines().position(|l| l.contains(needle)).unwrap() + 1
+}
+
+#[test]
+fn the_shipped_example_validates() {
+    let p = Policy::from_yaml(EXAMPLE, "examples/policy.yaml").unwrap();
+    assert_eq!(p.providers.len(), 2);
+    assert_eq!(p.health.quorum, 3);
+    assert_eq!(p.health.regions.len(), 5);
+    assert_eq!(p.steering.failover.steps, vec![Share::percent(50), Share::percent(100)]);
+    assert_eq!(p.steering.failover.interval, Dur::secs(90));
+    assert_eq!(p.cache.routes.len(), 4);
+    assert_eq!(p.cache.defaults.stale_if_error, Dur::secs(7 * 86_400));
+    let plan = p.static_plan();
+    assert_eq!(plan.cohorts.len(), 4);
+    assert_eq!(plan.cohorts[3].cohort.as_str(), "default");
+    assert!(plan.check(Some(&p.provider_ids())).is_ok());
+}
+
+#[test]
+fn an_unknown_key_names_its_line_and_column() {
+    let src = edit("  quorum: 3 ", "  quorom: 3 ");
+    let d = invalid(&src);
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].position.line, line_of(&src, "quorom"));
+    assert_eq!(d[0].position.column, 3);
+    assert_eq!(d[0].path, "health.quorom");
+    assert!(d[0].message.contains("quorom"), "{}", d[0].message);
+    let shown = d[0].to_string();
+    assert!(shown.starts_with(&format!("p.yaml:{}:3: health.quorom:", d[0].position.line)), "{shown}");
+}
+
+#[test]
+fn region_weights_that_sum_to_90_percent_are_refused_at_their_line() {
+    let src = edit(
+        "weights: { fastly: 85%, cloudflare: 15% }",
+        "weights: { fastly: 75%, cloudflare: 15% }",
+    );
+    let d = invalid(&src);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].path, "steering.regions[1].weights");
+    assert_eq!(d[0].position.line, line_of(&src, "fastly: 75%"));
+    assert!(d[0].message.contains("sum to 90%"), "{}", d[0].message);
+    assert!(d[0].message.contains("100%"), "{}", d[0].message);
+}
+
+#[test]
+fn a_wrong_type_names_its_line_and_column() {
+    let src = edit("  quorum: 3 ", "  quorum: three ");
+    let d = invalid(&src);
+    assert_eq!(d[0].position.line, line_of(&src, "quorum: three"));
+    assert_eq!(d[0].path, "health.quorum");
+    assert!(d[0].position.column >= 3);
+}
+
+#[test]
+fn an_unknown_provider_lists_the_defined_ones() {
+    let src = edit(
+        "weights: { cloudflare: 90%, fastly: 10% }",
+        "weights: { akamai: 90%, fastly: 10% }",
+    );
+    let d = invalid(&src);
+    let unknown = d.iter().find(|d| d.path == "steering.regions[2].weights.akamai").unwrap();
+    assert!(unknown.message.contains("cloudflare, fastly"), "{}", unknown.message);
+    assert_eq!(unknown.position.line, line_of(&src, "akamai: 90%"));
+}
+
+#[test]
+fn exactly_one_default_region_is_required() {
+    let src = edit("match: [\"*\"]", "match: [BR]");
+    let d = invalid(&src);
+    assert!(d.iter().any(|d| d.path == "steering.regions" && d.message.contains("exactly one")));
+}
+
+#[test]
+fn failover_steps_must_rise_to_100() {
+    let d = invalid(&edit("steps: [50%, 100%]", "steps: [50%, 40%]"));
+    assert_eq!(d[0].path, "steering.failover.steps");
+    let d = invalid(&edit("steps: [50%, 100%]", "steps: [50%, 90%]"));
+    assert!(d[0].message.contains("end at 100%"));
+}
+
+#[test]
+fn route_patterns_must_compile() {
+    let d = invalid(&edit("\"^/products/\"", "\"^/products/(\""));
+    assert_eq!(d[0].path, "cache.routes[2].match");
+    assert!(d[0].message.contains("regular expression"));
+}
+
+#[test]
+fn floors_must_leave_room() {
+    let d = invalid(&edit("measurement: 10%", "measurement: 60%"));
+    assert_eq!(d[0].path, "steering.floors");
+    assert!(d[0].message.contains("120%"), "{}", d[0].message);
+}
+
+#[test]
+fn thresholds_out_of_range_are_refused() {
+    let d = invalid(&edit("  quorum: 3 ", "  quorum: 6 "));
+    assert!(d[0].message.contains("between 1 and the number of regions (5)"));
+    let d = invalid(&edit("switch_back_factor: 1.5", "switch_back_factor: 0.5"));
+    assert_eq!(d[0].path, "steering.rum.switch_back_factor");
+    let d = invalid(&edit("timeout: 3s", "timeout: 45s"));
+    assert_eq!(d[0].path, "health.timeout");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let src = edit("steps: [50%, 100%]", "steps: [100%, 50%]")
+        .replacen("min_samples: 200", "min_samples: 0", 1);
+    let d = invalid(&src);
+    assert!(d.len() >= 2, "{d:?}");
+}
+
+#[test]
+fn a_pin_needs_a_reason_and_valid_weights() {
+    let d = invalid(&edit(
+        "weights: { fastly: 50%, cloudflare: 50% }\n      until",
+        "weights: { fastly: 50%, cloudflare: 40% }\n      until",
+    ));
+    assert_eq!(d[0].path, "steering.pins[0].weights");
+}
+
+#[test]
+fn a_record_outside_its_zone_is_refused() {
+    let d = invalid(&edit("zone: example.com", "zone: example.org"));
+    assert_eq!(d[0].path, "steering.record");
+}
+
+#[test]
+fn syntax_errors_give_a_position() {
+    let d = invalid("providers: {\n  fastly: [\n");
+    assert!(d[0].position.line >= 1);
+}
+
+#[test]
+fn a_missing_file_is_a_read_error() {
+    let e = Policy::load("/nonexistent/policy.yaml").unwrap_err();
+    assert!(matches!(e, PolicyError::Read { .. }));
+    assert!(e.to_string().contains("/nonexistent/policy.yaml"));
+}

@@ -1,0 +1,109 @@
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::ProviderId;
+use crate::served_by::{ServedBy, served_by};
+
+/// Which vendor a provider is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum ProviderKind {
+    /// Fastly.
+    Fastly,
+    /// Cloudflare.
+    Cloudflare,
+    /// Any other CDN: steerable and probeable, but no purge or configuration adapter.
+    Generic,
+}
+
+impl ProviderKind {
+    /// The lowercase vendor name, as edges write it in `Server-Timing: cdn;desc=...`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Fastly => "fastly",
+            ProviderKind::Cloudflare => "cloudflare",
+            ProviderKind::Generic => "generic",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a provider can do.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Purge by URL.
+    pub purge_urls: bool,
+    /// Purge by tag (surrogate key, cache tag).
+    pub purge_tags: bool,
+    /// Purge by hostname.
+    pub purge_hosts: bool,
+    /// Purge by URL prefix.
+    pub purge_prefixes: bool,
+    /// Purge everything.
+    pub purge_everything: bool,
+    /// Mark stale instead of evicting.
+    pub soft_purge: bool,
+    /// Most items one purge request may carry.
+    pub max_items_per_request: usize,
+}
+
+impl Capabilities {
+    /// Capabilities with every purge kind, `max_items_per_request` items a request.
+    pub fn all(max_items_per_request: usize, soft_purge: bool) -> Capabilities {
+        Capabilities {
+            purge_urls: true,
+            purge_tags: true,
+            purge_hosts: true,
+            purge_prefixes: true,
+            purge_everything: true,
+            soft_purge,
+            max_items_per_request,
+        }
+    }
+}
+
+/// [`Provider`] describes one CDN: its id, edge, capabilities, and how to recognise its
+/// responses.
+#[cfg_attr(any(test, feature = "mock"), mockall::automock)]
+pub trait Provider: fmt::Debug + Send + Sync {
+    /// The id the policy gives it.
+    fn id(&self) -> &ProviderId;
+    /// The vendor.
+    fn kind(&self) -> ProviderKind;
+    /// The edge hostname traffic is steered to (`example.map.fastly.net`).
+    fn edge_host(&self) -> &str;
+    /// What it can do.
+    fn capabilities(&self) -> Capabilities;
+    /// Reads a response's headers and says whether this provider served it.
+    fn recognise(&self, headers: &http::HeaderMap) -> Option<ServedBy> {
+        served_by(headers).filter(|s| s.provider == self.kind().as_str())
+    }
+}
+
+impl<T: Provider + ?Sized> Provider for Arc<T> {
+    fn id(&self) -> &ProviderId {
+        (**self).id()
+    }
+    fn kind(&self) -> ProviderKind {
+        (**self).kind()
+    }
+    fn edge_host(&self) -> &str {
+        (**self).edge_host()
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+    fn recognise(&self, headers: &http::HeaderMap) -> Option<ServedBy> {
+        (**self).recognise(headers)
+    }
+}
+

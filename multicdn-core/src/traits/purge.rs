@@ -1,0 +1,163 @@
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::id::ProviderId;
+
+/// What to purge. A tag is one concept: Fastly surrogate keys and Cloudflare cache tags are
+/// both purged with [`PurgeScope::Tags`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PurgeScope {
+    /// Full URLs, `https://www.example.com/css/styles.css`.
+    Urls(Vec<String>),
+    /// Tags: surrogate keys (Fastly), cache tags (Cloudflare).
+    Tags(Vec<String>),
+    /// Hostnames: everything under `www.example.com`.
+    Hosts(Vec<String>),
+    /// URL prefixes without scheme: `www.example.com/foo`.
+    Prefixes(Vec<String>),
+    /// Everything the provider holds for this service or zone.
+    Everything,
+}
+
+impl PurgeScope {
+    /// The items named (empty for [`PurgeScope::Everything`]).
+    pub fn items(&self) -> &[String] {
+        match self {
+            PurgeScope::Urls(v) | PurgeScope::Tags(v) | PurgeScope::Hosts(v) | PurgeScope::Prefixes(v) => v,
+            PurgeScope::Everything => &[],
+        }
+    }
+
+    /// `urls`, `tags`, `hosts`, `prefixes` or `everything`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PurgeScope::Urls(_) => "urls",
+            PurgeScope::Tags(_) => "tags",
+            PurgeScope::Hosts(_) => "hosts",
+            PurgeScope::Prefixes(_) => "prefixes",
+            PurgeScope::Everything => "everything",
+        }
+    }
+
+    /// The same kind of scope holding other items.
+    pub fn with_items(&self, items: Vec<String>) -> PurgeScope {
+        match self {
+            PurgeScope::Urls(_) => PurgeScope::Urls(items),
+            PurgeScope::Tags(_) => PurgeScope::Tags(items),
+            PurgeScope::Hosts(_) => PurgeScope::Hosts(items),
+            PurgeScope::Prefixes(_) => PurgeScope::Prefixes(items),
+            PurgeScope::Everything => PurgeScope::Everything,
+        }
+    }
+}
+
+/// One purge: a scope, and whether to mark stale instead of evicting where supported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeRequest {
+    /// What to purge.
+    pub scope: PurgeScope,
+    /// Mark stale rather than evict (Fastly soft purge); refused where unsupported.
+    #[serde(default)]
+    pub soft: bool,
+}
+
+impl PurgeRequest {
+    /// Evicts the given tags.
+    pub fn tags<I: IntoIterator<Item = S>, S: Into<String>>(tags: I) -> PurgeRequest {
+        PurgeRequest {
+            scope: PurgeScope::Tags(tags.into_iter().map(Into::into).collect()),
+            soft: false,
+        }
+    }
+
+    /// Evicts the given URLs.
+    pub fn urls<I: IntoIterator<Item = S>, S: Into<String>>(urls: I) -> PurgeRequest {
+        PurgeRequest {
+            scope: PurgeScope::Urls(urls.into_iter().map(Into::into).collect()),
+            soft: false,
+        }
+    }
+
+    /// Evicts everything.
+    pub fn everything() -> PurgeRequest {
+        PurgeRequest {
+            scope: PurgeScope::Everything,
+            soft: false,
+        }
+    }
+
+    /// The same purge, soft.
+    pub fn soft(mut self) -> PurgeRequest {
+        self.soft = true;
+        self
+    }
+}
+
+/// What a provider acknowledged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PurgeReceipt {
+    /// The provider.
+    pub provider: ProviderId,
+    /// The vendor's purge ids, where it returns them.
+    pub purge_ids: Vec<String>,
+    /// How many items were purged.
+    pub items: usize,
+    /// How many requests the purge took (batches).
+    pub requests: u32,
+    /// How many attempts, retries included.
+    pub attempts: u32,
+    /// From the first send to the last acknowledgement.
+    #[serde(with = "crate::policy::units::duration_ms")]
+    pub acknowledged_in: Duration,
+}
+
+impl PurgeReceipt {
+    /// A receipt.
+    pub fn new(
+        provider: ProviderId,
+        purge_ids: Vec<String>,
+        items: usize,
+        requests: u32,
+        attempts: u32,
+        acknowledged_in: Duration,
+    ) -> PurgeReceipt {
+        PurgeReceipt {
+            provider,
+            purge_ids,
+            items,
+            requests,
+            attempts,
+            acknowledged_in,
+        }
+    }
+}
+
+/// [`Purger`] sends one purge to one provider and returns its receipt. Batching to the
+/// provider's limits, pacing and retries happen inside; a purge that did not complete is an
+/// error, never a warning.
+#[cfg_attr(any(test, feature = "mock"), mockall::automock)]
+#[async_trait]
+pub trait Purger: fmt::Debug + Send + Sync {
+    /// The provider this purger talks to.
+    fn provider(&self) -> &ProviderId;
+    /// Purges, and returns once every batch is acknowledged.
+    async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReceipt, Error>;
+}
+
+#[async_trait]
+impl<T: Purger + ?Sized> Purger for Arc<T> {
+    fn provider(&self) -> &ProviderId {
+        (**self).provider()
+    }
+    async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReceipt, Error> {
+        (**self).purge(request).await
+    }
+}

@@ -1,0 +1,7 @@
+//! # multicdn-steering
+//!
+//! Deciding where traffic goes: the RUM scoreboard (metric × network × provider × window), the
+//! scorers, the pure decision engine with its guardrails and journal, content-steering
+//! manifests for video players, and capacity-aware failover with quality caps.
+
+#![forbid(unsafe_code)]
