@@ -1,2 +1,5 @@
-//! Shared helpers for the multicdn example programs.
+//! Shared helpers for the multicdn example programs: summaries and tables they print.
+
 #![forbid(unsafe_code)]
+
+pub mod summary;

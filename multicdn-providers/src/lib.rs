@@ -5,3 +5,5 @@
 //! fan-out. One cargo feature per vendor.
 
 #![forbid(unsafe_code)]
+
+pub mod http;

@@ -1,0 +1,375 @@
+//! The one HTTP layer every vendor adapter shares: a reqwest client (rustls) with connect and
+//! request timeouts, client-side pacing (`governor`), and retries with backoff and jitter
+//! (`backon`) for what can be retried (429, 5xx, connection errors, timeouts), never for
+//! 400/401/403. A vendor's `Retry-After` (or Fastly's `Fastly-RateLimit-Reset`) is honoured.
+//!
+//! Every failure becomes a [`multicdn_core::Error`] naming the provider and the request
+//! (method and path, never a credential), with the vendor's code and message, and whether the
+//! call may have applied. Vendors differ only in how an answer is read: each adapter passes a
+//! `read` function that turns status, headers and body into a value or an error.
+
+mod base_url;
+mod retry_after;
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use multicdn_core::{Clock, Error, ProviderId, SystemClock};
+use reqwest::{Method, RequestBuilder, StatusCode};
+
+pub use base_url::check_base_url;
+pub use retry_after::{parse_fastly_reset, parse_retry_after};
+
+/// Timeouts and retry settings.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HttpSettings {
+    /// TCP + TLS connect deadline.
+    pub connect_timeout: Duration,
+    /// Whole-request deadline.
+    pub request_timeout: Duration,
+    /// Attempts per request, the first included (so 4 means up to 3 retries).
+    pub max_attempts: u32,
+    /// First backoff delay.
+    pub min_backoff: Duration,
+    /// Longest backoff delay (a vendor's `Retry-After` may ask for more, and is honoured up to
+    /// `max_retry_after`).
+    pub max_backoff: Duration,
+    /// The longest `Retry-After` waited for; a longer one fails the call as rate limited.
+    pub max_retry_after: Duration,
+}
+
+impl Default for HttpSettings {
+    fn default() -> HttpSettings {
+        HttpSettings {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            max_attempts: 4,
+            min_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(10),
+            max_retry_after: Duration::from_secs(300),
+        }
+    }
+}
+
+impl HttpSettings {
+    /// Sets the whole-request deadline.
+    pub fn with_request_timeout(mut self, d: Duration) -> HttpSettings {
+        self.request_timeout = d;
+        self
+    }
+
+    /// Sets the attempts per request.
+    pub fn with_max_attempts(mut self, n: u32) -> HttpSettings {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Sets the backoff range.
+    pub fn with_backoff(mut self, min: Duration, max: Duration) -> HttpSettings {
+        self.min_backoff = min;
+        self.max_backoff = max.max(min);
+        self
+    }
+}
+
+/// A client-side rate limit: `per_second` requests a second, bursts of `burst`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Sustained rate, requests a second (may be fractional: Cloudflare Free is 5 a minute).
+    pub per_second: f64,
+    /// Bucket size.
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// A token bucket refilling `per_second`, holding `burst`.
+    pub fn new(per_second: f64, burst: u32) -> RateLimit {
+        RateLimit { per_second, burst }
+    }
+
+    /// The time `requests` take under this limit from a full bucket.
+    pub fn ideal_time(&self, requests: u32) -> Duration {
+        let beyond = requests.saturating_sub(self.burst);
+        if beyond == 0 || self.per_second <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(f64::from(beyond) / self.per_second)
+    }
+
+    fn limiter(&self) -> DefaultDirectRateLimiter {
+        let per_second = if self.per_second.is_finite() && self.per_second > 0.0 {
+            self.per_second
+        } else {
+            1.0
+        };
+        let period = Duration::from_secs_f64(1.0 / per_second);
+        let burst = NonZeroU32::new(self.burst.max(1)).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::with_period(period)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+            .allow_burst(burst);
+        RateLimiter::direct(quota)
+    }
+}
+
+/// What a vendor's answer was read as.
+pub type ReadResult<T> = Result<T, Error>;
+
+/// A vendor's answer, before it is read.
+#[derive(Debug)]
+pub struct Answer {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The response headers.
+    pub headers: http::HeaderMap,
+    /// The body, read whole (vendor API answers are small).
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// The outcome of a call: the value and how many attempts it took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sent<T> {
+    /// What the answer was read as.
+    pub value: T,
+    /// Attempts made, the first included.
+    pub attempts: u32,
+}
+
+/// One vendor's HTTP client: base URL, timeouts, retries and pacing.
+#[derive(Clone)]
+pub struct VendorHttp {
+    provider: ProviderId,
+    base: url::Url,
+    client: reqwest::Client,
+    settings: HttpSettings,
+    limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    limit: Option<RateLimit>,
+    clock: Arc<dyn Clock>,
+}
+
+impl fmt::Debug for VendorHttp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VendorHttp")
+            .field("provider", &self.provider)
+            .field("base", &self.base.as_str())
+            .field("settings", &self.settings)
+            .field("limit", &self.limit)
+            .finish()
+    }
+}
+
+impl VendorHttp {
+    /// A client for `provider` at `base` (HTTPS, or HTTP on loopback only).
+    pub fn new(
+        provider: ProviderId,
+        base: &str,
+        settings: HttpSettings,
+    ) -> Result<VendorHttp, Error> {
+        let base = check_base_url(&provider, base)?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.request_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("multicdn/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::InvalidRequest {
+                provider: provider.clone(),
+                message: format!("cannot build the HTTP client: {e}"),
+            })?;
+        Ok(VendorHttp {
+            provider,
+            base,
+            client,
+            settings,
+            limiter: None,
+            limit: None,
+            clock: Arc::new(SystemClock),
+        })
+    }
+
+    /// Paces every request through a client-side token bucket.
+    pub fn with_rate_limit(mut self, limit: RateLimit) -> VendorHttp {
+        self.limiter = Some(Arc::new(limit.limiter()));
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Reads wall-clock time (for `Fastly-RateLimit-Reset`) from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> VendorHttp {
+        self.clock = clock;
+        self
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &ProviderId {
+        &self.provider
+    }
+
+    /// The rate limit in force, if any.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.limit
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &HttpSettings {
+        &self.settings
+    }
+
+    /// The full URL for `path` (which starts with `/`, relative to the base's path).
+    pub fn url(&self, path: &str) -> String {
+        let base = self.base.as_str().trim_end_matches('/');
+        format!("{base}{path}")
+    }
+
+    /// Starts a request; `path` is relative to the base URL.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.client.request(method, self.url(path))
+    }
+
+    /// Sends the request `build` makes (called again for each attempt), reads the answer with
+    /// `read`, and retries what can be retried. `label` names the request in errors
+    /// (`POST /service/{id}/purge`): never put a credential in it.
+    pub async fn send<T>(
+        &self,
+        label: &str,
+        build: impl Fn() -> RequestBuilder,
+        read: impl Fn(&Answer) -> ReadResult<T>,
+    ) -> Result<Sent<T>, Error> {
+        let mut delays = ExponentialBuilder::default()
+            .with_jitter()
+            .with_min_delay(self.settings.min_backoff)
+            .with_max_delay(self.settings.max_backoff)
+            .with_max_times(self.settings.max_attempts.saturating_sub(1) as usize)
+            .build();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            if let Some(limiter) = &self.limiter {
+                limiter.until_ready().await;
+            }
+            let outcome = match build().send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    let headers = response.headers().clone();
+                    match response.bytes().await {
+                        Ok(body) => read(&Answer {
+                            status,
+                            headers,
+                            body: body.to_vec(),
+                        }),
+                        Err(e) => Err(self.transport_error(label, &e)),
+                    }
+                }
+                Err(e) => Err(self.transport_error(label, &e)),
+            };
+            let err = match outcome {
+                Ok(value) => return Ok(Sent { value, attempts }),
+                Err(err) => err,
+            };
+            if !err.is_retryable() {
+                return Err(err);
+            }
+            let Some(backoff) = delays.next() else {
+                return Err(err);
+            };
+            let wait = match err.retry_after() {
+                Some(asked) if asked > self.settings.max_retry_after => return Err(err),
+                Some(asked) => asked.max(backoff),
+                None => backoff,
+            };
+            tracing::debug!(provider = %self.provider, request = label, attempt = attempts, ?wait, error = %err, "retrying");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    fn transport_error(&self, label: &str, e: &reqwest::Error) -> Error {
+        if e.is_timeout() {
+            Error::Timeout {
+                provider: self.provider.clone(),
+                request: label.to_owned(),
+                after: self.settings.request_timeout,
+            }
+        } else if e.is_connect() {
+            Error::Connect {
+                provider: self.provider.clone(),
+                request: label.to_owned(),
+                message: error_chain(e),
+            }
+        } else {
+            Error::Transport {
+                provider: self.provider.clone(),
+                request: label.to_owned(),
+                message: error_chain(e),
+            }
+        }
+    }
+
+    /// The common reading of an HTTP error status, for adapters to call after extracting the
+    /// vendor's code and message: 401/403 -> [`Error::Auth`]; 429 -> retryable with the
+    /// vendor's `Retry-After`; 5xx -> retryable; other 4xx -> not retryable.
+    pub fn status_error(
+        &self,
+        label: &str,
+        answer: &Answer,
+        code: Option<String>,
+        message: String,
+    ) -> Error {
+        let status = answer.status.as_u16();
+        let retry_after = parse_retry_after(&answer.headers)
+            .or_else(|| parse_fastly_reset(&answer.headers, self.clock.now()));
+        match status {
+            401 | 403 => Error::Auth {
+                provider: self.provider.clone(),
+                request: label.to_owned(),
+                status,
+                message,
+            },
+            _ => Error::Vendor {
+                provider: self.provider.clone(),
+                request: label.to_owned(),
+                status,
+                code,
+                message,
+                retryable: status == 429 || status >= 500,
+                retry_after,
+            },
+        }
+    }
+}
+
+/// The error and its sources, joined: reqwest's top-level message alone hides the cause.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ideal_time_counts_only_what_the_bucket_cannot_absorb() {
+        let pro = RateLimit::new(5.0, 25);
+        assert_eq!(pro.ideal_time(25), Duration::ZERO);
+        assert_eq!(pro.ideal_time(40), Duration::from_secs(3));
+        let free = RateLimit::new(5.0 / 60.0, 25);
+        assert_eq!(free.ideal_time(30), Duration::from_secs(60));
+    }
+}
