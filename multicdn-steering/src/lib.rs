@@ -5,3 +5,11 @@
 //! manifests for video players, and capacity-aware failover with quality caps.
 
 #![forbid(unsafe_code)]
+
+pub mod beacon;
+pub mod error;
+pub mod ingest;
+pub mod resolve;
+pub mod scoreboard;
+pub mod scorer;
+pub mod sketch;

@@ -1,0 +1,489 @@
+//! Beacons in: NDJSON streams parsed line by line into the scoreboard.
+//!
+//! Each line is one beacon as the receiver logged it: the beacon's own fields plus the
+//! receiver's `at` (milliseconds since the epoch) and the client's `ip`, or an `asn` and
+//! `country` the receiver already resolved (they win over the address):
+//!
+//! ```text
+//! {"at":1764504000000,"ip":"203.0.113.7","path":"/p/1","ttfb":182,"provider":"fastly","pop":"LHR","cache":"HIT"}
+//! {"at":1764504000000,"asn":7922,"country":"US","times":{"fastly":120.5,"cloudflare":null},"best":"cloudflare"}
+//! ```
+//!
+//! A line that cannot be used is counted under its [`BadLine`] reason and skipped; nothing in
+//! a line stops the stream. Fields are read borrowed from the line (no copies for plain
+//! strings), unknown fields are skipped.
+//!
+//! ```
+//! use multicdn_core::{ProviderId, Timestamp};
+//! use multicdn_steering::ingest::{BadLine, Ingestor};
+//! use multicdn_steering::resolve::NoResolver;
+//! use multicdn_steering::scoreboard::{Scoreboard, ScoreboardConfig};
+//!
+//! let providers = [ProviderId::new("fastly")?, ProviderId::new("cloudflare")?];
+//! let mut board = Scoreboard::new(ScoreboardConfig::default(), &providers)?;
+//! let mut ingest = Ingestor::new(NoResolver);
+//! let text = concat!(
+//!     r#"{"at":1764504000000,"asn":7922,"country":"US","ttfb":182,"provider":"fastly"}"#, "\n",
+//!     "not json\n",
+//!     r#"{"at":1764504000000,"ttfb":90,"provider":"unknown"}"#, "\n",
+//! );
+//! ingest.ingest_bytes(text.as_bytes(), &mut board);
+//! let report = ingest.report();
+//! assert_eq!(report.beacons, 1);
+//! assert_eq!(report.bad(BadLine::NotJson), 1);
+//! assert_eq!(report.bad(BadLine::UnknownProvider), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::BufRead;
+use std::net::IpAddr;
+
+use multicdn_core::{Country, Timestamp};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use crate::beacon::ClientNetwork;
+use crate::resolve::NetworkResolver;
+use crate::scoreboard::{Metric, Recorded, Sample, Scoreboard};
+
+/// Why a line was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BadLine {
+    /// Not a JSON object (or not UTF-8, or a field of the wrong type).
+    NotJson,
+    /// Neither a navigation beacon (`ttfb` + `provider`) nor a probe beacon (`times`).
+    NotABeacon,
+    /// No `at` time.
+    MissingTime,
+    /// An `ip` that is not an address, or a `country` that is not two letters.
+    BadNetwork,
+    /// A provider the scoreboard does not know (the client's `unknown`, a typo).
+    UnknownProvider,
+    /// A time that cannot be real: negative, zero, not a number (above the plausible maximum
+    /// only when configured to drop).
+    Implausible,
+    /// Older than the scoreboard keeps.
+    TooOld,
+}
+
+impl BadLine {
+    const ALL: [BadLine; 7] = [
+        BadLine::NotJson,
+        BadLine::NotABeacon,
+        BadLine::MissingTime,
+        BadLine::BadNetwork,
+        BadLine::UnknownProvider,
+        BadLine::Implausible,
+        BadLine::TooOld,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for BadLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BadLine::NotJson => "not a JSON object",
+            BadLine::NotABeacon => "neither a navigation nor a probe beacon",
+            BadLine::MissingTime => "no `at` time",
+            BadLine::BadNetwork => "an ip or country that cannot be read",
+            BadLine::UnknownProvider => "an unknown provider",
+            BadLine::Implausible => "an implausible time",
+            BadLine::TooOld => "older than the scoreboard keeps",
+        })
+    }
+}
+
+/// What a stream held.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct IngestReport {
+    /// Non-blank lines read.
+    pub lines: u64,
+    /// Lines that gave at least one stored sample.
+    pub beacons: u64,
+    /// Samples stored (a probe beacon gives one per provider).
+    pub samples: u64,
+    /// Samples stored as the plausible maximum.
+    pub clamped: u64,
+    /// Beacons whose network could not be resolved (stored under `*` only).
+    pub unresolved: u64,
+    bad: [u64; 7],
+    /// The first few bad lines: line number (1-based), reason, detail.
+    pub examples: Vec<(u64, BadLine, String)>,
+}
+
+impl IngestReport {
+    /// Lines skipped for `reason`.
+    pub fn bad(&self, reason: BadLine) -> u64 {
+        self.bad[reason.index()]
+    }
+
+    /// Every reason with its count (non-zero only).
+    pub fn bad_lines(&self) -> BTreeMap<BadLine, u64> {
+        BadLine::ALL
+            .into_iter()
+            .filter(|r| self.bad[r.index()] > 0)
+            .map(|r| (r, self.bad[r.index()]))
+            .collect()
+    }
+
+    /// Every skipped line.
+    pub fn bad_total(&self) -> u64 {
+        self.bad.iter().sum()
+    }
+}
+
+const EXAMPLES: usize = 10;
+
+/// Reads beacon lines into a scoreboard, resolving networks with `R`.
+#[derive(Debug)]
+pub struct Ingestor<R> {
+    resolver: R,
+    probe_order: Vec<String>,
+    report: IngestReport,
+}
+
+impl<R: NetworkResolver> Ingestor<R> {
+    /// An ingestor resolving client addresses with `resolver`.
+    pub fn new(resolver: R) -> Ingestor<R> {
+        Ingestor {
+            resolver,
+            probe_order: Vec::new(),
+            report: IngestReport::default(),
+        }
+    }
+
+    /// The provider order of probe beacons that send `times` as an array (the seed's script
+    /// sends them in its `PROVIDERS` order).
+    pub fn probe_order(mut self, order: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.probe_order = order.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// What has been read so far.
+    pub fn report(&self) -> &IngestReport {
+        &self.report
+    }
+
+    /// Takes the report, starting a new one.
+    pub fn take_report(&mut self) -> IngestReport {
+        std::mem::take(&mut self.report)
+    }
+
+    /// Reads every line of `bytes` (NDJSON).
+    pub fn ingest_bytes(&mut self, bytes: &[u8], board: &mut Scoreboard) {
+        for line in bytes.split(|b| *b == b'\n') {
+            let _ = self.ingest_line(line, board);
+        }
+    }
+
+    /// Reads every line of a stream. Stops only on an I/O error, which it returns.
+    pub fn ingest_reader(
+        &mut self,
+        mut reader: impl BufRead,
+        board: &mut Scoreboard,
+    ) -> std::io::Result<()> {
+        let mut buf = Vec::with_capacity(512);
+        loop {
+            buf.clear();
+            if reader.read_until(b'\n', &mut buf)? == 0 {
+                return Ok(());
+            }
+            let _ = self.ingest_line(&buf, board);
+        }
+    }
+
+    /// Reads one line. Blank lines are ignored; a bad line is counted and skipped.
+    #[inline]
+    pub fn ingest_line(&mut self, line: &[u8], board: &mut Scoreboard) -> Result<usize, BadLine> {
+        let trimmed = line.trim_ascii();
+        if trimmed.is_empty() {
+            return Ok(0);
+        }
+        self.report.lines += 1;
+        match self.parse_and_store(trimmed, board) {
+            Ok((n, unresolved)) => {
+                self.report.beacons += 1;
+                self.report.unresolved += u64::from(unresolved);
+                self.report.samples += n as u64;
+                Ok(n)
+            }
+            Err((reason, detail)) => {
+                self.report.bad[reason.index()] += 1;
+                if self.report.examples.len() < EXAMPLES {
+                    self.report.examples.push((
+                        self.report.lines,
+                        reason,
+                        detail.unwrap_or_else(|| reason.to_string()),
+                    ));
+                }
+                Err(reason)
+            }
+        }
+    }
+
+    fn parse_and_store(
+        &mut self,
+        line: &[u8],
+        board: &mut Scoreboard,
+    ) -> Result<(usize, bool), (BadLine, Option<String>)> {
+        let raw: RawLine<'_> =
+            serde_json::from_slice(line).map_err(|e| (BadLine::NotJson, Some(e.to_string())))?;
+        let at = Timestamp::from_millis(raw.at.ok_or((BadLine::MissingTime, None))?);
+        let network = self.network(&raw)?;
+        let unresolved = network.is_unknown();
+        if let (Some(ttfb), Some(provider)) = (raw.ttfb, raw.provider.as_deref()) {
+            let Some(slot) = board.provider_slot(provider) else {
+                board.count_unknown_provider();
+                return Err((
+                    BadLine::UnknownProvider,
+                    Some(format!("provider {provider:?}")),
+                ));
+            };
+            let sample = Sample {
+                at,
+                metric: Metric::Ttfb,
+                provider: slot,
+                network,
+                value: Some(ttfb),
+            };
+            return self.store(board, &sample).map(|()| (1, unresolved));
+        }
+        let Some(times) = raw.times else {
+            return Err((BadLine::NotABeacon, None));
+        };
+        let pairs: Vec<(Cow<'_, str>, Option<f64>)> = match times {
+            RawTimes::ByProvider(list) => list,
+            RawTimes::InOrder(list) => self
+                .probe_order
+                .iter()
+                .zip(list)
+                .map(|(name, v)| (Cow::Owned(name.clone()), v))
+                .collect(),
+        };
+        let mut stored = 0;
+        let mut last_err = (BadLine::NotABeacon, None);
+        for (name, value) in pairs {
+            let Some(slot) = board.provider_slot(&name) else {
+                board.count_unknown_provider();
+                last_err = (BadLine::UnknownProvider, Some(format!("provider {name:?}")));
+                continue;
+            };
+            let sample = Sample {
+                at,
+                metric: Metric::Probe,
+                provider: slot,
+                network,
+                value,
+            };
+            match self.store(board, &sample) {
+                Ok(()) => stored += 1,
+                Err(e) => last_err = e,
+            }
+        }
+        if stored == 0 {
+            return Err(last_err);
+        }
+        Ok((stored, unresolved))
+    }
+
+    #[inline]
+    fn store(
+        &mut self,
+        board: &mut Scoreboard,
+        sample: &Sample,
+    ) -> Result<(), (BadLine, Option<String>)> {
+        match board.insert(sample) {
+            Recorded::Stored => Ok(()),
+            Recorded::Clamped => {
+                self.report.clamped += 1;
+                Ok(())
+            }
+            Recorded::Implausible => Err((
+                BadLine::Implausible,
+                Some(format!("{:?} ms", sample.value.unwrap_or(f64::NAN))),
+            )),
+            Recorded::TooOld => Err((BadLine::TooOld, Some(format!("at {}", sample.at)))),
+            Recorded::UnknownProvider => Err((BadLine::UnknownProvider, None)),
+        }
+    }
+
+    #[inline]
+    fn network(&self, raw: &RawLine<'_>) -> Result<ClientNetwork, (BadLine, Option<String>)> {
+        let mut net = match raw.ip.as_deref() {
+            Some(ip) => {
+                let ip: IpAddr = ip
+                    .parse()
+                    .map_err(|_| (BadLine::BadNetwork, Some(format!("ip {ip:?}"))))?;
+                self.resolver.resolve(ip)
+            }
+            None => ClientNetwork::default(),
+        };
+        if let Some(a) = raw.asn {
+            net.asn = Some(a);
+        }
+        if let Some(c) = raw.country.as_deref() {
+            net.country = Some(
+                Country::new(c)
+                    .map_err(|_| (BadLine::BadNetwork, Some(format!("country {c:?}"))))?,
+            );
+        }
+        Ok(net)
+    }
+}
+
+#[derive(Deserialize)]
+struct RawLine<'a> {
+    #[serde(default)]
+    at: Option<u64>,
+    #[serde(default, borrow)]
+    ip: Option<Cow<'a, str>>,
+    #[serde(default)]
+    asn: Option<u32>,
+    #[serde(default, borrow)]
+    country: Option<Cow<'a, str>>,
+    #[serde(default)]
+    ttfb: Option<f64>,
+    #[serde(default, borrow)]
+    provider: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    times: Option<RawTimes<'a>>,
+}
+
+enum RawTimes<'a> {
+    ByProvider(Vec<(Cow<'a, str>, Option<f64>)>),
+    InOrder(Vec<Option<f64>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawTimes<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = RawTimes<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("times as {\"provider\": ms} or [ms, ...]")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<Cow<'de, str>, Option<f64>>()? {
+                    out.push((k, v));
+                }
+                Ok(RawTimes::ByProvider(out))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = seq.next_element::<Option<f64>>()? {
+                    out.push(v);
+                }
+                Ok(RawTimes::InOrder(out))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+            .map_err(de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use multicdn_core::{NetworkKey, ProviderId};
+
+    use super::*;
+    use crate::resolve::PrefixTable;
+    use crate::scoreboard::ScoreboardConfig;
+
+    fn board() -> Scoreboard {
+        Scoreboard::new(
+            ScoreboardConfig::default().min_samples(1),
+            &[
+                ProviderId::new("fastly").unwrap(),
+                ProviderId::new("cloudflare").unwrap(),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn every_kind_of_bad_line_is_counted_and_the_stream_goes_on() {
+        let table = PrefixTable::from_lines("203.0.113.0/24 AS64500 DE").unwrap();
+        let mut ing = Ingestor::new(table).probe_order(["fastly", "cloudflare"]);
+        let mut b = board();
+        let text = r#"
+{"at":1000,"ip":"203.0.113.9","ttfb":120,"provider":"fastly","pop":"FRA","cache":"HIT","path":"/a"}
+{"at":1000,"ip":"203.0.113.9","times":[80.5,null],"best":"fastly"}
+{"at":1000,"ip":"203.0.113.9","times":{"fastly":81,"cloudflare":70},"best":"cloudflare"}
+{"at":1000,"ip":"999.1.1.1","ttfb":120,"provider":"fastly"}
+{"at":1000,"country":"DEU","ttfb":120,"provider":"fastly"}
+{"ip":"203.0.113.9","ttfb":120,"provider":"fastly"}
+{"at":1000,"ttfb":120,"provider":"unknown"}
+{"at":1000,"ttfb":-4,"provider":"fastly"}
+{"at":1000,"ttfb":"fast","provider":"fastly"}
+{"at":1000,"hello":1}
+{"at":1000,"ttfb":120,"provider":"fastly"
+[1,2,3]
+{"at":1000,"ip":"198.51.100.1","ttfb":95.5,"provider":"cloudflare","path":"/caf\u00e9"}
+"#;
+        ing.ingest_bytes(text.as_bytes(), &mut b);
+        let r = ing.report();
+        assert_eq!(r.lines, 13);
+        assert_eq!(r.beacons, 4);
+        assert_eq!(r.samples, 1 + 2 + 2 + 1);
+        assert_eq!(r.bad(BadLine::BadNetwork), 2);
+        assert_eq!(r.bad(BadLine::MissingTime), 1);
+        assert_eq!(r.bad(BadLine::UnknownProvider), 1);
+        assert_eq!(r.bad(BadLine::Implausible), 1);
+        assert_eq!(r.bad(BadLine::NotJson), 3);
+        assert_eq!(r.bad(BadLine::NotABeacon), 1);
+        assert_eq!(r.bad_total(), 9);
+        assert_eq!(r.unresolved, 1);
+        assert!(r.examples.iter().any(|(n, reason, d)| *n == 4
+            && *reason == BadLine::BadNetwork
+            && d.contains("999.1.1.1")));
+        let snap = b.snapshot(Timestamp::from_millis(2000), Duration::from_secs(3600));
+        let probe = snap.cell(
+            Metric::Probe,
+            NetworkKey::Asn(64500),
+            &ProviderId::new("cloudflare").unwrap(),
+        );
+        assert_eq!(probe.stats.samples, 2);
+        assert_eq!(probe.stats.availability, Some(0.5));
+        let country = snap.cell(
+            Metric::Ttfb,
+            "DE".parse().unwrap(),
+            &ProviderId::new("fastly").unwrap(),
+        );
+        assert_eq!(country.stats.samples, 1);
+    }
+
+    #[test]
+    fn a_reader_stream_gives_the_same_report_as_bytes() {
+        let text = b"{\"at\":1,\"ttfb\":10,\"provider\":\"fastly\"}\r\n\n{\"at\":1}\n{\"at\":1,\"ttfb\":11,\"provider\":\"cloudflare\"}";
+        let mut a = Ingestor::new(crate::resolve::NoResolver);
+        let mut b = Ingestor::new(crate::resolve::NoResolver);
+        let (mut ba, mut bb) = (board(), board());
+        a.ingest_bytes(text, &mut ba);
+        b.ingest_reader(&text[..], &mut bb).unwrap();
+        assert_eq!(a.report(), b.report());
+        assert_eq!(a.report().beacons, 2);
+        assert_eq!(a.take_report().bad(BadLine::NotABeacon), 1);
+        assert_eq!(a.report().lines, 0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_line_makes_ingestion_panic(line in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let mut ing = Ingestor::new(crate::resolve::NoResolver);
+            let mut b = board();
+            let _ = ing.ingest_line(&line, &mut b);
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! From a client's address to its network (ASN and country).
+//!
+//! [`NetworkResolver`] is the seam; [`PrefixTable`] is an in-memory longest-prefix match over
+//! IPv4 and IPv6 (nested prefixes are flattened into disjoint ranges once, so a lookup is one
+//! binary search); with the `maxmind` feature, `MaxMindResolver` reads MaxMind's ASN and
+//! country databases.
+//!
+//! ```
+//! use multicdn_steering::resolve::{NetworkResolver, PrefixTable};
+//!
+//! let table = PrefixTable::from_lines("
+//!     # prefix        asn       country
+//!     203.0.113.0/24  AS64500   DE
+//!     203.0.113.128/25 AS64501  -
+//!     2001:db8::/32   AS64502   US
+//! ")?;
+//! let net = table.resolve("203.0.113.200".parse()?);
+//! assert_eq!(net.asn, Some(64501));
+//! assert_eq!(net.country, None);
+//! assert_eq!(table.resolve("2001:db8::1".parse()?).asn, Some(64502));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use multicdn_core::Country;
+
+use crate::beacon::ClientNetwork;
+use crate::error::SteeringError;
+
+/// Resolves a client address to its network. Unknown addresses give an empty network.
+pub trait NetworkResolver: fmt::Debug + Send + Sync {
+    /// The network of `ip`.
+    fn resolve(&self, ip: IpAddr) -> ClientNetwork;
+}
+
+impl<T: NetworkResolver + ?Sized> NetworkResolver for Arc<T> {
+    fn resolve(&self, ip: IpAddr) -> ClientNetwork {
+        (**self).resolve(ip)
+    }
+}
+
+impl<T: NetworkResolver + ?Sized> NetworkResolver for &T {
+    fn resolve(&self, ip: IpAddr) -> ClientNetwork {
+        (**self).resolve(ip)
+    }
+}
+
+/// A resolver that knows nothing: for beacons whose lines already carry `asn` and `country`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoResolver;
+
+impl NetworkResolver for NoResolver {
+    fn resolve(&self, _ip: IpAddr) -> ClientNetwork {
+        ClientNetwork::default()
+    }
+}
+
+/// An in-memory longest-prefix-match table.
+#[derive(Clone, Default)]
+pub struct PrefixTable {
+    v4: Vec<(u32, u32, u32)>,
+    v6: Vec<(u128, u128, u32)>,
+    values: Vec<ClientNetwork>,
+}
+
+impl fmt::Debug for PrefixTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PrefixTable")
+            .field("v4_ranges", &self.v4.len())
+            .field("v6_ranges", &self.v6.len())
+            .field("networks", &self.values.len())
+            .finish()
+    }
+}
+
+/// Collects prefixes, then builds a [`PrefixTable`]. A prefix given twice keeps the last value.
+#[derive(Debug, Clone, Default)]
+pub struct PrefixTableBuilder {
+    v4: Vec<(u128, u128, u32)>,
+    v6: Vec<(u128, u128, u32)>,
+    values: Vec<ClientNetwork>,
+}
+
+impl PrefixTableBuilder {
+    /// Adds `prefix` (`192.0.2.0/24`, `2001:db8::/32`; host bits are ignored).
+    pub fn insert(
+        &mut self,
+        prefix: &str,
+        network: ClientNetwork,
+    ) -> Result<&mut Self, SteeringError> {
+        let (addr, len) = parse_prefix(prefix)?;
+        let idx = self.values.len() as u32;
+        self.values.push(network);
+        match addr {
+            IpAddr::V4(a) => {
+                let (s, e) = range(u128::from(u32::from(a)), len, 32);
+                self.v4.push((s, e, idx));
+            }
+            IpAddr::V6(a) => {
+                let (s, e) = range(u128::from(a), len, 128);
+                self.v6.push((s, e, idx));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The table.
+    pub fn build(self) -> PrefixTable {
+        let v4 = flatten(self.v4)
+            .into_iter()
+            .map(|(s, e, v)| (s as u32, e as u32, v))
+            .collect();
+        PrefixTable {
+            v4,
+            v6: flatten(self.v6),
+            values: self.values,
+        }
+    }
+}
+
+impl PrefixTable {
+    /// A builder.
+    pub fn builder() -> PrefixTableBuilder {
+        PrefixTableBuilder::default()
+    }
+
+    /// Reads lines of `prefix asn country` (`203.0.113.0/24 AS64500 DE`); `-` for unknown,
+    /// `#` starts a comment, blank lines are skipped. The ASN may be written with or without `AS`.
+    pub fn from_lines(text: &str) -> Result<PrefixTable, SteeringError> {
+        let mut b = PrefixTable::builder();
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or_default().trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut parts = line.split_ascii_whitespace();
+            let prefix = parts.next().unwrap_or_default();
+            let asn = match parts.next() {
+                None | Some("-") => None,
+                Some(a) => Some(
+                    a.trim_start_matches("AS")
+                        .trim_start_matches("as")
+                        .parse::<u32>()
+                        .map_err(|_| SteeringError::BadPrefix {
+                            value: line.to_owned(),
+                            why: "the ASN is not a number (write AS64500 or 64500, or -)",
+                        })?,
+                ),
+            };
+            let country = match parts.next() {
+                None | Some("-") => None,
+                Some(c) => Some(Country::new(c).map_err(|_| SteeringError::BadPrefix {
+                    value: line.to_owned(),
+                    why: "the country is not two letters (write DE, or -)",
+                })?),
+            };
+            b.insert(prefix, ClientNetwork::new(asn, country))?;
+        }
+        Ok(b.build())
+    }
+
+    /// The most specific network holding `ip`, if any.
+    #[inline]
+    pub fn lookup(&self, ip: IpAddr) -> Option<&ClientNetwork> {
+        let idx = match ip {
+            IpAddr::V4(a) => find(&self.v4, u32::from(a)),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(v4) => find(&self.v4, u32::from(v4)),
+                None => find(&self.v6, u128::from(a)),
+            },
+        }?;
+        self.values.get(idx as usize)
+    }
+
+    /// How many disjoint ranges the table holds.
+    pub fn ranges(&self) -> usize {
+        self.v4.len() + self.v6.len()
+    }
+}
+
+impl NetworkResolver for PrefixTable {
+    #[inline]
+    fn resolve(&self, ip: IpAddr) -> ClientNetwork {
+        self.lookup(ip).copied().unwrap_or_default()
+    }
+}
+
+#[inline]
+fn find<T: Copy + Ord>(ranges: &[(T, T, u32)], ip: T) -> Option<u32> {
+    let i = ranges.partition_point(|r| r.0 <= ip);
+    let r = ranges.get(i.checked_sub(1)?)?;
+    (ip <= r.1).then_some(r.2)
+}
+
+fn parse_prefix(text: &str) -> Result<(IpAddr, u8), SteeringError> {
+    let bad = |why| SteeringError::BadPrefix {
+        value: text.to_owned(),
+        why,
+    };
+    let (addr, len) = text
+        .trim()
+        .split_once('/')
+        .ok_or_else(|| bad("there is no /length"))?;
+    let addr: IpAddr = addr
+        .parse()
+        .map_err(|_| bad("the address is not an IP address"))?;
+    let len: u8 = len.parse().map_err(|_| bad("the length is not a number"))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    if len > max {
+        return Err(bad("the length is longer than the address"));
+    }
+    Ok((addr, len))
+}
+
+/// The first and last address of a prefix in a space of `bits` bits.
+fn range(addr: u128, len: u8, bits: u8) -> (u128, u128) {
+    let host = u32::from(bits - len);
+    let span: u128 = if host >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << host) - 1
+    };
+    let span = if bits < 128 {
+        span & ((1u128 << bits) - 1)
+    } else {
+        span
+    };
+    let start = addr & !span;
+    (start, start | span)
+}
+
+/// Turns nested prefixes into disjoint ranges, each owned by its most specific prefix.
+fn flatten(mut prefixes: Vec<(u128, u128, u32)>) -> Vec<(u128, u128, u32)> {
+    // Larger first at equal starts; equal prefixes keep insertion order, so the last wins.
+    prefixes.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    let mut out: Vec<(u128, u128, u32)> = Vec::with_capacity(prefixes.len());
+    let mut stack: Vec<(u128, u32)> = Vec::new();
+    let mut cursor: Option<u128> = Some(0);
+    let emit = |out: &mut Vec<(u128, u128, u32)>, cursor: Option<u128>, end: u128, v: u32| {
+        if let Some(c) = cursor
+            && c <= end
+        {
+            out.push((c, end, v));
+        }
+    };
+    for (s, e, v) in prefixes {
+        while let Some(&(top_end, top_v)) = stack.last() {
+            if top_end >= s {
+                break;
+            }
+            emit(&mut out, cursor, top_end, top_v);
+            cursor = top_end.checked_add(1);
+            stack.pop();
+        }
+        if let (Some(&(_, top_v)), Some(c)) = (stack.last(), cursor)
+            && c < s
+        {
+            out.push((c, s - 1, top_v));
+        }
+        cursor = Some(s);
+        stack.push((e, v));
+    }
+    while let Some((top_end, top_v)) = stack.pop() {
+        emit(&mut out, cursor, top_end, top_v);
+        cursor = top_end.checked_add(1);
+    }
+    out
+}
+
+#[cfg(feature = "maxmind")]
+pub use maxmind::MaxMindResolver;
+
+#[cfg(feature = "maxmind")]
+mod maxmind {
+    use std::fmt;
+    use std::net::IpAddr;
+    use std::path::Path;
+
+    use maxminddb::{Reader, geoip2};
+    use multicdn_core::Country;
+
+    use super::NetworkResolver;
+    use crate::beacon::ClientNetwork;
+    use crate::error::SteeringError;
+
+    /// Resolves through MaxMind databases: an ASN database (GeoLite2-ASN) and a country (or
+    /// city) database (GeoLite2-Country), either optional.
+    pub struct MaxMindResolver {
+        asn: Option<Reader<Vec<u8>>>,
+        country: Option<Reader<Vec<u8>>>,
+    }
+
+    impl fmt::Debug for MaxMindResolver {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            let kind =
+                |r: &Option<Reader<Vec<u8>>>| r.as_ref().map(|r| r.metadata.database_type.clone());
+            f.debug_struct("MaxMindResolver")
+                .field("asn", &kind(&self.asn))
+                .field("country", &kind(&self.country))
+                .finish()
+        }
+    }
+
+    impl MaxMindResolver {
+        /// Opens the databases at the given paths.
+        pub fn open(
+            asn: Option<&Path>,
+            country: Option<&Path>,
+        ) -> Result<MaxMindResolver, SteeringError> {
+            let open = |p: &Path| {
+                Reader::open_readfile(p).map_err(|e| SteeringError::MaxMind {
+                    path: p.to_owned(),
+                    message: e.to_string(),
+                })
+            };
+            Ok(MaxMindResolver {
+                asn: asn.map(open).transpose()?,
+                country: country.map(open).transpose()?,
+            })
+        }
+
+        /// Reads databases already in memory.
+        pub fn from_bytes(
+            asn: Option<Vec<u8>>,
+            country: Option<Vec<u8>>,
+        ) -> Result<MaxMindResolver, SteeringError> {
+            let read = |b: Vec<u8>| {
+                Reader::from_source(b).map_err(|e| SteeringError::MaxMind {
+                    path: "(in memory)".into(),
+                    message: e.to_string(),
+                })
+            };
+            Ok(MaxMindResolver {
+                asn: asn.map(read).transpose()?,
+                country: country.map(read).transpose()?,
+            })
+        }
+    }
+
+    /// Maps the databases' records to a network; codes that are not two letters are dropped.
+    pub(crate) fn network_from_records(asn: Option<u32>, iso_code: Option<&str>) -> ClientNetwork {
+        ClientNetwork::new(asn, iso_code.and_then(|c| Country::new(c).ok()))
+    }
+
+    impl NetworkResolver for MaxMindResolver {
+        fn resolve(&self, ip: IpAddr) -> ClientNetwork {
+            let asn = self.asn.as_ref().and_then(|r| {
+                r.lookup(ip)
+                    .ok()?
+                    .decode::<geoip2::Asn<'_>>()
+                    .ok()
+                    .flatten()?
+                    .autonomous_system_number
+            });
+            let country = self.country.as_ref().and_then(|r| {
+                let rec = r
+                    .lookup(ip)
+                    .ok()?
+                    .decode::<geoip2::Country<'_>>()
+                    .ok()
+                    .flatten()?;
+                rec.country
+                    .iso_code
+                    .or(rec.registered_country.iso_code)
+                    .map(str::to_owned)
+            });
+            network_from_records(asn, country.as_deref())
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn maps_records_and_drops_malformed_country_codes() {
+            let n = network_from_records(Some(7922), Some("US"));
+            assert_eq!(n.asn, Some(7922));
+            assert_eq!(n.country.map(|c| c.to_string()).as_deref(), Some("US"));
+            assert_eq!(network_from_records(None, Some("USA")).country, None);
+        }
+
+        #[test]
+        fn a_file_that_is_not_a_database_is_an_error_naming_it() {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("asn.mmdb");
+            std::fs::write(&path, b"not a database").unwrap();
+            let err = MaxMindResolver::open(Some(&path), None)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("asn.mmdb"), "{err}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn net(asn: u32) -> ClientNetwork {
+        ClientNetwork::new(Some(asn), None)
+    }
+
+    #[test]
+    fn the_most_specific_prefix_wins() {
+        let mut b = PrefixTable::builder();
+        b.insert("10.0.0.0/8", net(1)).unwrap();
+        b.insert("10.1.0.0/16", net(2)).unwrap();
+        b.insert("10.1.2.0/24", net(3)).unwrap();
+        b.insert("0.0.0.0/0", net(9)).unwrap();
+        let t = b.build();
+        let at = |s: &str| t.resolve(s.parse().unwrap()).asn;
+        assert_eq!(at("10.1.2.3"), Some(3));
+        assert_eq!(at("10.1.3.3"), Some(2));
+        assert_eq!(at("10.2.0.0"), Some(1));
+        assert_eq!(at("11.0.0.0"), Some(9));
+        assert_eq!(at("255.255.255.255"), Some(9));
+        assert_eq!(at("::ffff:10.1.2.3"), Some(3));
+        assert_eq!(at("2001:db8::1"), None);
+    }
+
+    #[test]
+    fn refuses_malformed_prefixes_with_what_would_be_valid() {
+        for bad in ["10.0.0.0", "10.0.0.0/33", "nope/8", "10.0.0.0/x", "::/129"] {
+            let err = PrefixTable::builder()
+                .insert(bad, net(1))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("192.0.2.0/24"), "{err}");
+        }
+        assert!(PrefixTable::from_lines("10.0.0.0/8 ASX DE").is_err());
+        assert!(PrefixTable::from_lines("10.0.0.0/8 AS1 DEU").is_err());
+    }
+
+    #[test]
+    fn covers_the_whole_ipv6_space() {
+        let mut b = PrefixTable::builder();
+        b.insert("::/0", net(1)).unwrap();
+        b.insert("ffff::/16", net(2)).unwrap();
+        let t = b.build();
+        assert_eq!(
+            t.resolve("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap())
+                .asn,
+            Some(2)
+        );
+        assert_eq!(t.resolve("fffe::".parse().unwrap()).asn, Some(1));
+    }
+
+    fn prefixes() -> impl Strategy<Value = Vec<(u32, u8)>> {
+        prop::collection::vec((any::<u32>(), 0u8..=32), 1..40)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn agrees_with_a_linear_scan(ps in prefixes(), probes in prop::collection::vec(any::<u32>(), 20)) {
+            let mut b = PrefixTable::builder();
+            for (i, (a, len)) in ps.iter().enumerate() {
+                b.insert(&format!("{}/{}", std::net::Ipv4Addr::from(*a), len), net(i as u32)).unwrap();
+            }
+            let t = b.build();
+            let mut checks: Vec<u32> = probes;
+            checks.extend(ps.iter().map(|(a, _)| *a));
+            for ip in checks {
+                // The longest matching prefix; among equal prefixes, the last inserted.
+                let mut best: Option<(u8, usize)> = None;
+                for (i, (a, len)) in ps.iter().enumerate() {
+                    let mask = if *len == 0 { 0 } else { u32::MAX << (32 - len) };
+                    if ip & mask == a & mask && best.is_none_or(|(l, _)| *len >= l) {
+                        best = Some((*len, i));
+                    }
+                }
+                let got = t.resolve(IpAddr::V4(ip.into())).asn;
+                prop_assert_eq!(got, best.map(|(_, i)| i as u32));
+            }
+        }
+    }
+}

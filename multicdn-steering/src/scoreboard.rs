@@ -1,0 +1,1250 @@
+//! The RUM scoreboard: cells of metric × network × provider × window, each with a quantile
+//! sketch, a sample count and an age, marked steerable or insufficient-data.
+//!
+//! **Writing.** A [`Sample`] lands in one *base cell*, keyed by metric, provider and the
+//! client's `(ASN, country)` pair, and inside it in one short *bucket* (`bucket`, 15 minutes by
+//! default). Buckets older than `retention` are dropped. Writing touches one cell, which is what
+//! keeps ingestion fast.
+//!
+//! **Reading.** [`Scoreboard::snapshot`] rolls the buckets of a window up into every cut at
+//! once: each ASN, country, continent and `*`. A cut's cell is steerable when it holds at least
+//! `min_samples` samples and its newest sample is younger than `fresh_for`; otherwise it is
+//! insufficient-data and says why. [`Snapshot::cut_for`] walks ASN → country → continent →
+//! global to the finest cut where every compared provider is steerable.
+//!
+//! **Hygiene.** Values that cannot be a time (negative, not a number, zero) are dropped; values
+//! above `plausible_max` are clamped to it (or dropped, by configuration); samples older than
+//! the retention are dropped as too old. Each is counted in [`Quality`].
+//!
+//! **Growing past one machine.** Scoreboards serialise (serde) and [`Scoreboard::merge`]
+//! combines shards: buckets are aligned on absolute time and sketches merge exactly.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::time::Duration;
+
+use multicdn_core::policy::RumPolicy;
+use multicdn_core::{CellStats, Country, NetworkKey, ProviderId, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use crate::beacon::{ClientNetwork, NavigationBeacon, ProbeBeacon};
+use crate::error::SteeringError;
+use crate::sketch::Sketch;
+
+/// What a cell measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Time to first byte from navigation beacons.
+    Ttfb,
+    /// The client-side probe's fetch time; failed fetches count against availability.
+    Probe,
+}
+
+impl Metric {
+    fn bit(self) -> u64 {
+        match self {
+            Metric::Ttfb => 0,
+            Metric::Probe => 1,
+        }
+    }
+}
+
+/// What to do with a value above the plausible maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AboveMax {
+    /// Record it as the maximum (it still counts as slow).
+    #[default]
+    Clamp,
+    /// Do not record it.
+    Drop,
+}
+
+/// How the scoreboard buckets, ages and filters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ScoreboardConfig {
+    /// The short bucket samples are written to.
+    #[serde(with = "multicdn_core::policy::units::duration_ms")]
+    pub bucket: Duration,
+    /// How long buckets are kept: the longest window a snapshot can read.
+    #[serde(with = "multicdn_core::policy::units::duration_ms")]
+    pub retention: Duration,
+    /// Samples a cell needs to be steerable.
+    pub min_samples: u64,
+    /// A cell whose newest sample is older than this is not steerable.
+    #[serde(with = "multicdn_core::policy::units::duration_ms")]
+    pub fresh_for: Duration,
+    /// The largest plausible value, in milliseconds.
+    pub plausible_max_ms: f64,
+    /// What to do above it.
+    pub above_max: AboveMax,
+}
+
+impl Default for ScoreboardConfig {
+    fn default() -> Self {
+        ScoreboardConfig {
+            bucket: Duration::from_secs(900),
+            retention: Duration::from_secs(3600),
+            min_samples: 200,
+            fresh_for: Duration::from_secs(900),
+            plausible_max_ms: 60_000.0,
+            above_max: AboveMax::Clamp,
+        }
+    }
+}
+
+impl ScoreboardConfig {
+    /// The policy's window and minimum samples, a bucket of a quarter of the window, and a
+    /// freshness of one bucket.
+    pub fn from_policy(rum: &RumPolicy) -> ScoreboardConfig {
+        let window = rum.window.get().max(Duration::from_secs(60));
+        let bucket = Duration::from_millis((window.as_millis() as u64 / 4).max(1000));
+        ScoreboardConfig {
+            bucket,
+            retention: window,
+            min_samples: rum.min_samples,
+            fresh_for: bucket,
+            ..ScoreboardConfig::default()
+        }
+    }
+
+    /// Sets the bucket length.
+    pub fn bucket(mut self, d: Duration) -> Self {
+        self.bucket = d;
+        self
+    }
+
+    /// Sets the retention.
+    pub fn retention(mut self, d: Duration) -> Self {
+        self.retention = d;
+        self
+    }
+
+    /// Sets the minimum samples.
+    pub fn min_samples(mut self, n: u64) -> Self {
+        self.min_samples = n;
+        self
+    }
+
+    /// Sets the freshness limit.
+    pub fn fresh_for(mut self, d: Duration) -> Self {
+        self.fresh_for = d;
+        self
+    }
+
+    /// Sets the plausible maximum and what to do above it.
+    pub fn plausible_max(mut self, ms: f64, above: AboveMax) -> Self {
+        self.plausible_max_ms = ms;
+        self.above_max = above;
+        self
+    }
+
+    fn check(&self) -> Result<(), SteeringError> {
+        if self.bucket.as_millis() < 1000 {
+            return Err(SteeringError::Config {
+                field: "bucket",
+                why: format!("{:?} is under one second; use a few minutes", self.bucket),
+            });
+        }
+        if self.retention < self.bucket {
+            return Err(SteeringError::Config {
+                field: "retention",
+                why: format!(
+                    "{:?} is shorter than the bucket {:?}",
+                    self.retention, self.bucket
+                ),
+            });
+        }
+        if !(self.plausible_max_ms.is_finite() && self.plausible_max_ms > 0.0) {
+            return Err(SteeringError::Config {
+                field: "plausible_max_ms",
+                why: format!(
+                    "{} must be a positive number of milliseconds",
+                    self.plausible_max_ms
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn bucket_ms(&self) -> u64 {
+        self.bucket.as_millis() as u64
+    }
+
+    fn retention_buckets(&self) -> u32 {
+        (self.retention.as_millis() as u64)
+            .div_ceil(self.bucket_ms())
+            .max(1) as u32
+    }
+}
+
+/// A provider's position in the scoreboard's provider list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProviderSlot(u16);
+
+impl ProviderSlot {
+    /// The index.
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+/// One parsed, resolved measurement: what the scoreboard stores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// When it was received.
+    pub at: Timestamp,
+    /// What it measures.
+    pub metric: Metric,
+    /// Which provider.
+    pub provider: ProviderSlot,
+    /// The client's network.
+    pub network: ClientNetwork,
+    /// Milliseconds; `None` for a failed fetch (probe only).
+    pub value: Option<f64>,
+}
+
+/// What happened to one sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Stored as given.
+    Stored,
+    /// Stored as the plausible maximum.
+    Clamped,
+    /// Not a plausible time: dropped.
+    Implausible,
+    /// Older than the retention: dropped.
+    TooOld,
+    /// A provider the scoreboard does not know: dropped.
+    UnknownProvider,
+}
+
+/// Counts of what the scoreboard kept and dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Quality {
+    /// Samples stored (including clamped ones and failures).
+    pub stored: u64,
+    /// Failed fetches stored (probe).
+    pub failures: u64,
+    /// Values above the plausible maximum, stored as the maximum.
+    pub clamped: u64,
+    /// Values dropped as implausible (negative, zero, not a number, or above the maximum when
+    /// configured to drop).
+    pub implausible: u64,
+    /// Samples older than the retention.
+    pub too_old: u64,
+    /// Samples naming a provider the scoreboard does not know.
+    pub unknown_provider: u64,
+}
+
+impl Quality {
+    fn add(&mut self, o: &Quality) {
+        self.stored += o.stored;
+        self.failures += o.failures;
+        self.clamped += o.clamped;
+        self.implausible += o.implausible;
+        self.too_old += o.too_old;
+        self.unknown_provider += o.unknown_provider;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Bucket {
+    /// Bucket number: time / bucket length.
+    index: u32,
+    /// Failed fetches.
+    failures: u32,
+    /// The newest sample, milliseconds since the epoch.
+    newest: u64,
+    sketch: Sketch,
+}
+
+impl Bucket {
+    fn new(index: u32) -> Bucket {
+        Bucket {
+            index,
+            failures: 0,
+            newest: 0,
+            sketch: Sketch::new(),
+        }
+    }
+
+    fn merge(&mut self, o: &Bucket) {
+        self.failures = self.failures.saturating_add(o.failures);
+        self.newest = self.newest.max(o.newest);
+        self.sketch.merge(&o.sketch);
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Cell {
+    /// Sorted by index, oldest first.
+    buckets: Vec<Bucket>,
+}
+
+impl Cell {
+    /// The bucket for `index`, creating it; `None` when older than the retention.
+    #[inline]
+    fn bucket(&mut self, index: u32, keep: u32) -> Option<&mut Bucket> {
+        match self.buckets.last().map(|b| b.index) {
+            Some(last) if last == index => {}
+            Some(last) if last > index => {
+                // A late sample: an older bucket, if still kept.
+                if index + keep <= last {
+                    return None;
+                }
+                let pos = self.buckets.partition_point(|b| b.index < index);
+                if self.buckets.get(pos).map(|b| b.index) != Some(index) {
+                    self.buckets.insert(pos, Bucket::new(index));
+                }
+                return self.buckets.get_mut(pos);
+            }
+            _ => self.push_new(index, keep),
+        }
+        self.buckets.last_mut()
+    }
+
+    fn push_new(&mut self, index: u32, keep: u32) {
+        if let Some(last) = self.buckets.last_mut() {
+            // The previous bucket is closed: give back its spare capacity.
+            last.sketch.shrink();
+        }
+        let oldest_kept = index.saturating_sub(keep - 1);
+        self.buckets.retain(|b| b.index >= oldest_kept);
+        self.buckets.push(Bucket::new(index));
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.buckets.capacity() * std::mem::size_of::<Bucket>()
+            + self
+                .buckets
+                .iter()
+                .map(|b| b.sketch.heap_bytes())
+                .sum::<usize>()
+    }
+}
+
+/// The base cell's key: metric, provider, ASN, country.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+struct BaseKey {
+    metric: Metric,
+    provider: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    asn: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    country: Option<Country>,
+}
+
+impl BaseKey {
+    #[inline]
+    fn pack(&self) -> u64 {
+        let country = self.country.map_or(0u64, |c| {
+            let b = c.as_str().as_bytes();
+            u64::from(b[0].wrapping_sub(b'A')) * 26 + u64::from(b[1].wrapping_sub(b'A')) + 1
+        });
+        let asn = self.asn.map_or(0u64, |a| u64::from(a) + 1);
+        self.metric.bit() | (u64::from(self.provider) << 1) | (country << 17) | (asn << 27)
+    }
+}
+
+/// A multiply-shift hasher for the packed cell keys (the keys are our own integers).
+#[derive(Debug, Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        let x = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 29);
+    }
+}
+
+type KeyMap = HashMap<u64, u32, BuildHasherDefault<KeyHasher>>;
+
+/// The scoreboard (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Scoreboard {
+    config: ScoreboardConfig,
+    providers: Vec<ProviderId>,
+    index: KeyMap,
+    keys: Vec<BaseKey>,
+    cells: Vec<Cell>,
+    quality: Quality,
+    bucket_ms: u64,
+    keep: u32,
+}
+
+impl Scoreboard {
+    /// An empty scoreboard for these providers.
+    pub fn new(
+        config: ScoreboardConfig,
+        providers: &[ProviderId],
+    ) -> Result<Scoreboard, SteeringError> {
+        config.check()?;
+        if providers.len() > 4096 {
+            return Err(SteeringError::Config {
+                field: "providers",
+                why: format!("{} providers; at most 4096", providers.len()),
+            });
+        }
+        let mut providers = providers.to_vec();
+        providers.sort();
+        providers.dedup();
+        Ok(Scoreboard {
+            bucket_ms: config.bucket_ms(),
+            keep: config.retention_buckets(),
+            config,
+            providers,
+            index: KeyMap::default(),
+            keys: Vec::new(),
+            cells: Vec::new(),
+            quality: Quality::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ScoreboardConfig {
+        &self.config
+    }
+
+    /// The providers, sorted; a [`ProviderSlot`] indexes this list.
+    pub fn providers(&self) -> &[ProviderId] {
+        &self.providers
+    }
+
+    /// The slot of a provider named `name`.
+    #[inline]
+    pub fn provider_slot(&self, name: &str) -> Option<ProviderSlot> {
+        self.providers
+            .iter()
+            .position(|p| p.as_str() == name)
+            .map(|i| ProviderSlot(i as u16))
+    }
+
+    /// What was kept and dropped so far.
+    pub fn quality(&self) -> Quality {
+        self.quality
+    }
+
+    /// Counts a sample naming a provider this scoreboard does not know.
+    pub fn count_unknown_provider(&mut self) {
+        self.quality.unknown_provider += 1;
+    }
+
+    /// How many base cells hold data.
+    pub fn cells(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Bytes held on the heap by the cells, their index and keys (not counting the allocator's
+    /// own bookkeeping).
+    pub fn heap_bytes(&self) -> usize {
+        let index = self.index.capacity() * (std::mem::size_of::<(u64, u32)>() + 1);
+        index
+            + self.keys.capacity() * std::mem::size_of::<BaseKey>()
+            + self.cells.capacity() * std::mem::size_of::<Cell>()
+            + self.cells.iter().map(Cell::heap_bytes).sum::<usize>()
+    }
+
+    /// Stores one sample.
+    #[inline]
+    pub fn insert(&mut self, s: &Sample) -> Recorded {
+        let (value, outcome) = match s.value {
+            None => (None, Recorded::Stored),
+            Some(v) if !(v > 0.0 && v.is_finite()) => {
+                self.quality.implausible += 1;
+                return Recorded::Implausible;
+            }
+            Some(v) if v > self.config.plausible_max_ms => match self.config.above_max {
+                AboveMax::Clamp => (Some(self.config.plausible_max_ms), Recorded::Clamped),
+                AboveMax::Drop => {
+                    self.quality.implausible += 1;
+                    return Recorded::Implausible;
+                }
+            },
+            Some(v) => (Some(v), Recorded::Stored),
+        };
+        if s.provider.index() >= self.providers.len() {
+            self.quality.unknown_provider += 1;
+            return Recorded::UnknownProvider;
+        }
+        let key = BaseKey {
+            metric: s.metric,
+            provider: s.provider.0,
+            asn: s.network.asn,
+            country: s.network.country,
+        };
+        let slot = match self.index.entry(key.pack()) {
+            Entry::Occupied(o) => *o.get() as usize,
+            Entry::Vacant(v) => {
+                v.insert(self.cells.len() as u32);
+                self.keys.push(key);
+                self.cells.push(Cell::default());
+                self.cells.len() - 1
+            }
+        };
+        let at = s.at.as_millis();
+        let index = (at / self.bucket_ms) as u32;
+        let Some(bucket) = self.cells[slot].bucket(index, self.keep) else {
+            self.quality.too_old += 1;
+            return Recorded::TooOld;
+        };
+        bucket.newest = bucket.newest.max(at);
+        match value {
+            Some(v) => {
+                bucket.sketch.insert(v);
+            }
+            None => {
+                bucket.failures = bucket.failures.saturating_add(1);
+                self.quality.failures += 1;
+            }
+        }
+        self.quality.stored += 1;
+        if outcome == Recorded::Clamped {
+            self.quality.clamped += 1;
+        }
+        outcome
+    }
+
+    /// Stores a navigation beacon's TTFB.
+    pub fn record_navigation(
+        &mut self,
+        at: Timestamp,
+        network: ClientNetwork,
+        beacon: &NavigationBeacon,
+    ) -> Recorded {
+        let Some(provider) = self.provider_slot(&beacon.provider) else {
+            self.quality.unknown_provider += 1;
+            return Recorded::UnknownProvider;
+        };
+        self.insert(&Sample {
+            at,
+            metric: Metric::Ttfb,
+            provider,
+            network,
+            value: Some(beacon.ttfb),
+        })
+    }
+
+    /// Stores a probe beacon's times, one sample per provider; `order` names the providers of
+    /// the array form. Returns what happened to each.
+    pub fn record_probe(
+        &mut self,
+        at: Timestamp,
+        network: ClientNetwork,
+        beacon: &ProbeBeacon,
+        order: &[String],
+    ) -> Vec<Recorded> {
+        beacon
+            .pairs(order)
+            .into_iter()
+            .map(|(name, value)| match self.provider_slot(name) {
+                Some(provider) => self.insert(&Sample {
+                    at,
+                    metric: Metric::Probe,
+                    provider,
+                    network,
+                    value,
+                }),
+                None => {
+                    self.quality.unknown_provider += 1;
+                    Recorded::UnknownProvider
+                }
+            })
+            .collect()
+    }
+
+    /// Drops buckets older than the retention as of `now`, and cells left empty.
+    pub fn expire(&mut self, now: Timestamp) {
+        let current = (now.as_millis() / self.bucket_ms) as u32;
+        let oldest_kept = current.saturating_sub(self.keep - 1);
+        let mut i = 0;
+        while i < self.cells.len() {
+            self.cells[i].buckets.retain(|b| b.index >= oldest_kept);
+            if self.cells[i].buckets.is_empty() {
+                self.index.remove(&self.keys[i].pack());
+                self.cells.swap_remove(i);
+                self.keys.swap_remove(i);
+                if i < self.cells.len() {
+                    self.index.insert(self.keys[i].pack(), i as u32);
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Adds every sample of `other` (a shard) to this scoreboard. Both must use the same
+    /// bucket length; providers are matched by name.
+    pub fn merge(&mut self, other: &Scoreboard) -> Result<(), SteeringError> {
+        if other.bucket_ms != self.bucket_ms {
+            return Err(SteeringError::Merge(format!(
+                "bucket lengths differ ({} ms here, {} ms in the other); shards must share one bucket length",
+                self.bucket_ms, other.bucket_ms
+            )));
+        }
+        let mut map = Vec::with_capacity(other.providers.len());
+        for p in &other.providers {
+            let slot = match self.providers.iter().position(|q| q == p) {
+                Some(i) => i,
+                None => {
+                    return Err(SteeringError::Merge(format!(
+                        "the other scoreboard has provider {p}, which this one does not know (known: {})",
+                        self.providers
+                            .iter()
+                            .map(ProviderId::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            };
+            map.push(slot as u16);
+        }
+        for (key, cell) in other.keys.iter().zip(&other.cells) {
+            let key = BaseKey {
+                provider: map[usize::from(key.provider)],
+                ..*key
+            };
+            let slot = match self.index.entry(key.pack()) {
+                Entry::Occupied(o) => *o.get() as usize,
+                Entry::Vacant(v) => {
+                    v.insert(self.cells.len() as u32);
+                    self.keys.push(key);
+                    self.cells.push(Cell::default());
+                    self.cells.len() - 1
+                }
+            };
+            let mine = &mut self.cells[slot].buckets;
+            for b in &cell.buckets {
+                let pos = mine.partition_point(|m| m.index < b.index);
+                if mine.get(pos).map(|m| m.index) == Some(b.index) {
+                    mine[pos].merge(b);
+                } else {
+                    mine.insert(pos, b.clone());
+                }
+            }
+        }
+        self.quality.add(&other.quality);
+        Ok(())
+    }
+
+    /// Rolls the buckets of the `window` ending at `now` up into every cut.
+    pub fn snapshot(&self, now: Timestamp, window: Duration) -> Snapshot {
+        let current = (now.as_millis() / self.bucket_ms) as u32;
+        let span = (window.as_millis() as u64).div_ceil(self.bucket_ms).max(1) as u32;
+        let first = current.saturating_sub(span - 1);
+        let mut cuts: HashMap<CutKey, Agg> = HashMap::new();
+        let mut asn_countries: HashMap<u32, Vec<(Country, u64)>> = HashMap::new();
+        for (key, cell) in self.keys.iter().zip(&self.cells) {
+            let mut agg = Agg::default();
+            for b in cell
+                .buckets
+                .iter()
+                .filter(|b| b.index >= first && b.index <= current)
+            {
+                agg.add_bucket(b);
+            }
+            if agg.samples() == 0 {
+                continue;
+            }
+            if let (Some(a), Some(c)) = (key.asn, key.country) {
+                let list = asn_countries.entry(a).or_default();
+                match list.iter_mut().find(|(cc, _)| *cc == c) {
+                    Some(e) => e.1 += agg.samples(),
+                    None => list.push((c, agg.samples())),
+                }
+            }
+            let net = ClientNetwork::new(key.asn, key.country);
+            let mut cuts_of = net.cuts();
+            if net.asn.is_none() && net.country.is_none() {
+                cuts_of = vec![NetworkKey::Global];
+            }
+            let last = cuts_of.len() - 1;
+            for (i, cut) in cuts_of.into_iter().enumerate() {
+                let k = CutKey {
+                    metric: key.metric,
+                    network: cut,
+                    provider: key.provider,
+                };
+                let slot = cuts.entry(k).or_default();
+                if i == last {
+                    slot.merge_owned(std::mem::take(&mut agg));
+                    break;
+                }
+                slot.merge(&agg);
+            }
+        }
+        let dominant = asn_countries
+            .into_iter()
+            .filter_map(|(a, list)| {
+                list.into_iter()
+                    .max_by(|x, y| x.1.cmp(&y.1).then(y.0.cmp(&x.0)))
+                    .map(|(c, _)| (a, c))
+            })
+            .collect();
+        Snapshot {
+            at: now,
+            window,
+            min_samples: self.config.min_samples,
+            fresh_for: self.config.fresh_for,
+            providers: self.providers.clone(),
+            cuts,
+            dominant_country: dominant,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct CutKey {
+    metric: Metric,
+    network: NetworkKey,
+    provider: u16,
+}
+
+/// A cut's data within a window.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Agg {
+    sketch: Sketch,
+    failures: u64,
+    newest: u64,
+}
+
+impl Agg {
+    fn add_bucket(&mut self, b: &Bucket) {
+        self.sketch.merge(&b.sketch);
+        self.failures += u64::from(b.failures);
+        self.newest = self.newest.max(b.newest);
+    }
+
+    fn merge(&mut self, o: &Agg) {
+        self.sketch.merge(&o.sketch);
+        self.failures += o.failures;
+        self.newest = self.newest.max(o.newest);
+    }
+
+    fn merge_owned(&mut self, o: Agg) {
+        if self.sketch.is_empty() && self.failures == 0 {
+            *self = o;
+        } else {
+            self.merge(&o);
+        }
+    }
+
+    fn samples(&self) -> u64 {
+        self.sketch.count() + self.failures
+    }
+}
+
+/// Whether a cell may steer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CellStatus {
+    /// Enough fresh samples.
+    Steerable,
+    /// Fewer samples than the minimum.
+    TooFewSamples {
+        /// Samples held.
+        samples: u64,
+        /// Samples needed.
+        needed: u64,
+    },
+    /// The newest sample is too old.
+    Stale {
+        /// Its age.
+        #[serde(with = "multicdn_core::policy::units::duration_ms")]
+        age: Duration,
+        /// The limit.
+        #[serde(with = "multicdn_core::policy::units::duration_ms")]
+        limit: Duration,
+    },
+    /// No data at all.
+    Empty,
+}
+
+impl CellStatus {
+    /// True for [`CellStatus::Steerable`].
+    pub fn is_steerable(&self) -> bool {
+        matches!(self, CellStatus::Steerable)
+    }
+}
+
+/// One cell as read: its statistics and whether it may steer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellView {
+    /// The cut it was read at (after any fallback).
+    pub network: NetworkKey,
+    /// Samples, age, percentiles, availability.
+    pub stats: CellStats,
+    /// Steerable or why not.
+    pub status: CellStatus,
+}
+
+/// Every cut of a scoreboard over one window, read at one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// When it was read.
+    pub at: Timestamp,
+    /// The window.
+    pub window: Duration,
+    min_samples: u64,
+    fresh_for: Duration,
+    providers: Vec<ProviderId>,
+    cuts: HashMap<CutKey, Agg>,
+    dominant_country: HashMap<u32, Country>,
+}
+
+impl Snapshot {
+    /// The providers, in slot order.
+    pub fn providers(&self) -> &[ProviderId] {
+        &self.providers
+    }
+
+    fn slot(&self, p: &ProviderId) -> Option<u16> {
+        self.providers.iter().position(|q| q == p).map(|i| i as u16)
+    }
+
+    fn view_of(&self, network: NetworkKey, agg: Option<&Agg>, metric: Metric) -> CellView {
+        let Some(agg) = agg.filter(|a| a.samples() > 0) else {
+            return CellView {
+                network,
+                stats: CellStats::default(),
+                status: CellStatus::Empty,
+            };
+        };
+        let [p50, p75, p90, p99] = agg.sketch.quantiles(&[0.5, 0.75, 0.9, 0.99]);
+        let samples = agg.samples();
+        let age = self.at.since(Timestamp::from_millis(agg.newest));
+        let mut stats = CellStats::new(samples, age, p75);
+        stats.p50 = p50;
+        stats.p90 = p90;
+        stats.p99 = p99;
+        if metric == Metric::Probe {
+            stats.availability = Some(agg.sketch.count() as f64 / samples as f64);
+        }
+        let status = if samples < self.min_samples {
+            CellStatus::TooFewSamples {
+                samples,
+                needed: self.min_samples,
+            }
+        } else if age > self.fresh_for {
+            CellStatus::Stale {
+                age,
+                limit: self.fresh_for,
+            }
+        } else {
+            CellStatus::Steerable
+        };
+        CellView {
+            network,
+            stats,
+            status,
+        }
+    }
+
+    /// The cell of one cut, exactly (no fallback).
+    pub fn cell(&self, metric: Metric, network: NetworkKey, provider: &ProviderId) -> CellView {
+        let agg = self.slot(provider).and_then(|provider| {
+            self.cuts.get(&CutKey {
+                metric,
+                network,
+                provider,
+            })
+        });
+        self.view_of(network, agg, metric)
+    }
+
+    /// One cell merged from several cuts (a region's countries), read as one.
+    pub fn merged(
+        &self,
+        metric: Metric,
+        networks: &[NetworkKey],
+        provider: &ProviderId,
+    ) -> CellView {
+        let label = if networks.len() == 1 {
+            networks[0]
+        } else {
+            NetworkKey::Global
+        };
+        let Some(slot) = self.slot(provider) else {
+            return self.view_of(label, None, metric);
+        };
+        if networks.contains(&NetworkKey::Global) {
+            return self.cell(metric, NetworkKey::Global, provider);
+        }
+        let mut agg = Agg::default();
+        for n in networks {
+            if let Some(a) = self.cuts.get(&CutKey {
+                metric,
+                network: *n,
+                provider: slot,
+            }) {
+                agg.merge(a);
+            }
+        }
+        self.view_of(label, Some(&agg), metric)
+    }
+
+    /// The finest cut of `chain` (finest first) where every provider's cell is steerable.
+    pub fn cut_for(
+        &self,
+        metric: Metric,
+        chain: &[NetworkKey],
+        providers: &[ProviderId],
+    ) -> Option<NetworkKey> {
+        chain.iter().copied().find(|n| {
+            providers
+                .iter()
+                .all(|p| self.cell(metric, *n, p).status.is_steerable())
+        })
+    }
+
+    /// One provider's cell with fallback: the first steerable cut of `chain`, or the finest
+    /// cut's view (insufficient) when none is.
+    pub fn cell_with_fallback(
+        &self,
+        metric: Metric,
+        chain: &[NetworkKey],
+        provider: &ProviderId,
+    ) -> CellView {
+        let mut first = None;
+        for n in chain {
+            let v = self.cell(metric, *n, provider);
+            if v.status.is_steerable() {
+                return v;
+            }
+            first.get_or_insert(v);
+        }
+        first.unwrap_or_else(|| self.view_of(NetworkKey::Global, None, metric))
+    }
+
+    /// The ASNs seen in the window for `metric`.
+    pub fn asns(&self, metric: Metric) -> Vec<u32> {
+        let mut out: Vec<u32> = self
+            .cuts
+            .keys()
+            .filter(|k| k.metric == metric)
+            .filter_map(|k| match k.network {
+                NetworkKey::Asn(a) => Some(a),
+                _ => None,
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The country most of an ASN's samples came from.
+    pub fn country_of_asn(&self, asn: u32) -> Option<Country> {
+        self.dominant_country.get(&asn).copied()
+    }
+
+    /// Samples across all providers in one cut.
+    pub fn samples(&self, metric: Metric, network: NetworkKey) -> u64 {
+        (0..self.providers.len() as u16)
+            .filter_map(|provider| {
+                self.cuts.get(&CutKey {
+                    metric,
+                    network,
+                    provider,
+                })
+            })
+            .map(Agg::samples)
+            .sum()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct ScoreboardWire {
+    config: ScoreboardConfig,
+    providers: Vec<ProviderId>,
+    quality: Quality,
+    cells: Vec<(BaseKey, Cell)>,
+}
+
+impl Serialize for Scoreboard {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ScoreboardWire {
+            config: self.config.clone(),
+            providers: self.providers.clone(),
+            quality: self.quality,
+            cells: self
+                .keys
+                .iter()
+                .copied()
+                .zip(self.cells.iter().cloned())
+                .collect(),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Scoreboard {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let wire = ScoreboardWire::deserialize(d)?;
+        let mut sb = Scoreboard::new(wire.config, &wire.providers).map_err(D::Error::custom)?;
+        if sb.providers != wire.providers {
+            return Err(D::Error::custom("providers must be sorted and unique"));
+        }
+        for (key, mut cell) in wire.cells {
+            if usize::from(key.provider) >= sb.providers.len() {
+                return Err(D::Error::custom(format!(
+                    "a cell names provider slot {} of {}",
+                    key.provider,
+                    sb.providers.len()
+                )));
+            }
+            cell.buckets.sort_by_key(|b| b.index);
+            if sb.index.insert(key.pack(), sb.cells.len() as u32).is_some() {
+                return Err(D::Error::custom("a cell appears twice"));
+            }
+            sb.keys.push(key);
+            sb.cells.push(cell);
+        }
+        sb.quality = wire.quality;
+        Ok(sb)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> ProviderId {
+        ProviderId::new(s).unwrap()
+    }
+
+    fn net(asn: u32, country: &str) -> ClientNetwork {
+        ClientNetwork::new(Some(asn), Some(Country::new(country).unwrap()))
+    }
+
+    fn board() -> Scoreboard {
+        Scoreboard::new(
+            ScoreboardConfig::default().min_samples(10),
+            &[p("fastly"), p("cloudflare")],
+        )
+        .unwrap()
+    }
+
+    fn ttfb(sb: &Scoreboard, at: u64, provider: &str, network: ClientNetwork, v: f64) -> Sample {
+        Sample {
+            at: Timestamp::from_secs(at),
+            metric: Metric::Ttfb,
+            provider: sb.provider_slot(provider).unwrap(),
+            network,
+            value: Some(v),
+        }
+    }
+
+    #[test]
+    fn a_sample_counts_in_every_cut_of_its_network() {
+        let mut sb = board();
+        for i in 0..20 {
+            let s = ttfb(&sb, 1000 + i, "fastly", net(7922, "US"), 100.0 + i as f64);
+            sb.insert(&s);
+        }
+        let snap = sb.snapshot(Timestamp::from_secs(1100), Duration::from_secs(3600));
+        for cut in net(7922, "US").cuts() {
+            let v = snap.cell(Metric::Ttfb, cut, &p("fastly"));
+            assert_eq!(v.stats.samples, 20, "{cut}");
+            assert!(v.status.is_steerable(), "{cut} {:?}", v.status);
+        }
+        assert_eq!(
+            snap.cell(Metric::Ttfb, NetworkKey::Global, &p("cloudflare"))
+                .status,
+            CellStatus::Empty
+        );
+        assert_eq!(snap.country_of_asn(7922), Country::new("US").ok());
+    }
+
+    #[test]
+    fn a_thin_asn_falls_back_to_its_country() {
+        let mut sb = board();
+        for i in 0..5 {
+            let s = ttfb(&sb, 1000 + i, "fastly", net(1, "DE"), 50.0);
+            sb.insert(&s);
+        }
+        for i in 0..20 {
+            let s = ttfb(&sb, 1000 + i, "fastly", net(2, "DE"), 80.0);
+            sb.insert(&s);
+        }
+        let snap = sb.snapshot(Timestamp::from_secs(1100), Duration::from_secs(3600));
+        let chain = net(1, "DE").cuts();
+        let thin = snap.cell(Metric::Ttfb, chain[0], &p("fastly"));
+        assert_eq!(
+            thin.status,
+            CellStatus::TooFewSamples {
+                samples: 5,
+                needed: 10
+            }
+        );
+        let v = snap.cell_with_fallback(Metric::Ttfb, &chain, &p("fastly"));
+        assert_eq!(v.network.to_string(), "DE");
+        assert_eq!(v.stats.samples, 25);
+        assert_eq!(
+            snap.cut_for(Metric::Ttfb, &chain, &[p("fastly")]),
+            Some(chain[1])
+        );
+    }
+
+    #[test]
+    fn old_samples_age_out_and_quiet_cells_go_stale() {
+        let mut sb = board();
+        for i in 0..20 {
+            let s = ttfb(&sb, i, "fastly", net(1, "DE"), 50.0);
+            sb.insert(&s);
+        }
+        let snap = sb.snapshot(Timestamp::from_secs(1200), Duration::from_secs(3600));
+        assert!(matches!(
+            snap.cell(Metric::Ttfb, NetworkKey::Global, &p("fastly"))
+                .status,
+            CellStatus::Stale { .. }
+        ));
+        let later = sb.snapshot(Timestamp::from_secs(4 * 3600), Duration::from_secs(3600));
+        assert_eq!(
+            later
+                .cell(Metric::Ttfb, NetworkKey::Global, &p("fastly"))
+                .status,
+            CellStatus::Empty
+        );
+        sb.expire(Timestamp::from_secs(4 * 3600));
+        assert_eq!(sb.cells(), 0);
+        let s = ttfb(&sb, 4 * 3600, "fastly", net(1, "DE"), 50.0);
+        sb.insert(&s);
+        let late = ttfb(&sb, 10, "fastly", net(1, "DE"), 50.0);
+        assert_eq!(sb.insert(&late), Recorded::TooOld);
+        assert_eq!(sb.quality().too_old, 1);
+    }
+
+    #[test]
+    fn implausible_values_are_dropped_or_clamped_and_counted() {
+        let mut sb = board();
+        for v in [-1.0, 0.0, f64::NAN] {
+            let s = ttfb(&sb, 1, "fastly", net(1, "DE"), v);
+            assert_eq!(sb.insert(&s), Recorded::Implausible);
+        }
+        let s = ttfb(&sb, 1, "fastly", net(1, "DE"), 1e9);
+        assert_eq!(sb.insert(&s), Recorded::Clamped);
+        let q = sb.quality();
+        assert_eq!((q.implausible, q.clamped, q.stored), (3, 1, 1));
+        let snap = sb.snapshot(Timestamp::from_secs(2), Duration::from_secs(3600));
+        let p99 = snap
+            .cell(Metric::Ttfb, NetworkKey::Global, &p("fastly"))
+            .stats
+            .p99
+            .unwrap();
+        assert!((p99 - 60_000.0).abs() / 60_000.0 < 0.01);
+        let mut dropping = Scoreboard::new(
+            ScoreboardConfig::default().plausible_max(10_000.0, AboveMax::Drop),
+            &[p("fastly")],
+        )
+        .unwrap();
+        let s = ttfb(&dropping, 1, "fastly", net(1, "DE"), 20_000.0);
+        assert_eq!(dropping.insert(&s), Recorded::Implausible);
+    }
+
+    #[test]
+    fn probe_failures_count_against_availability() {
+        let mut sb = board();
+        let slot = sb.provider_slot("cloudflare").unwrap();
+        for i in 0..100 {
+            sb.insert(&Sample {
+                at: Timestamp::from_secs(10),
+                metric: Metric::Probe,
+                provider: slot,
+                network: net(1, "DE"),
+                value: (i % 10 != 0).then_some(40.0),
+            });
+        }
+        let snap = sb.snapshot(Timestamp::from_secs(20), Duration::from_secs(3600));
+        let v = snap.cell(Metric::Probe, NetworkKey::Asn(1), &p("cloudflare"));
+        assert_eq!(v.stats.availability, Some(0.9));
+        assert_eq!(v.stats.samples, 100);
+    }
+
+    #[test]
+    fn shards_merge_into_what_one_scoreboard_would_hold() {
+        let mut whole = board();
+        let mut a = board();
+        let mut b = board();
+        for i in 0..400u64 {
+            let s = ttfb(
+                &whole,
+                i * 5,
+                if i % 3 == 0 { "fastly" } else { "cloudflare" },
+                net((i % 7) as u32, "FR"),
+                20.0 + (i % 97) as f64,
+            );
+            whole.insert(&s);
+            if i % 2 == 0 {
+                a.insert(&s);
+            } else {
+                b.insert(&s);
+            }
+        }
+        a.merge(&b).unwrap();
+        let now = Timestamp::from_secs(2000);
+        let (x, y) = (
+            a.snapshot(now, Duration::from_secs(3600)),
+            whole.snapshot(now, Duration::from_secs(3600)),
+        );
+        for prov in ["fastly", "cloudflare"] {
+            for asn in 0..7 {
+                assert_eq!(
+                    x.cell(Metric::Ttfb, NetworkKey::Asn(asn), &p(prov)),
+                    y.cell(Metric::Ttfb, NetworkKey::Asn(asn), &p(prov))
+                );
+            }
+        }
+        let json = serde_json::to_string(&a).unwrap();
+        let back: Scoreboard = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            back.snapshot(now, Duration::from_secs(3600)).cell(
+                Metric::Ttfb,
+                NetworkKey::Global,
+                &p("fastly")
+            ),
+            y.cell(Metric::Ttfb, NetworkKey::Global, &p("fastly"))
+        );
+        let other = Scoreboard::new(
+            ScoreboardConfig::default().bucket(Duration::from_secs(60)),
+            &[p("fastly")],
+        )
+        .unwrap();
+        assert!(
+            a.merge(&other)
+                .unwrap_err()
+                .to_string()
+                .contains("bucket lengths differ")
+        );
+    }
+
+    #[test]
+    fn refuses_settings_that_cannot_work() {
+        let err = Scoreboard::new(
+            ScoreboardConfig::default().bucket(Duration::from_millis(10)),
+            &[p("a")],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("bucket"), "{err}");
+        assert!(
+            Scoreboard::new(
+                ScoreboardConfig::default().retention(Duration::from_secs(1)),
+                &[p("a")]
+            )
+            .is_err()
+        );
+    }
+}
