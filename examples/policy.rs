@@ -41,7 +41,10 @@ fn main() -> ExitCode {
 fn check(path: &std::path::Path) -> ExitCode {
     match Policy::load(path) {
         Ok(policy) => {
-            print!("{}", multicdn_examples::summary::policy_summary(&policy, path));
+            print!(
+                "{}",
+                multicdn_examples::summary::policy_summary(&policy, path)
+            );
             ExitCode::SUCCESS
         }
         Err(e @ PolicyError::Read { .. }) => {

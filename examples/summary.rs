@@ -16,7 +16,11 @@ pub fn policy_summary(policy: &Policy, path: &Path) -> String {
         let _ = writeln!(out, "  {id:<12} {:<10} edge {}", spec.kind, spec.edge_host);
     }
     let s = &policy.steering;
-    let _ = writeln!(out, "steering: {} (zone {}, ttl {})", s.record, s.zone, s.ttl);
+    let _ = writeln!(
+        out,
+        "steering: {} (zone {}, ttl {})",
+        s.record, s.zone, s.ttl
+    );
     for (i, region) in s.regions.iter().enumerate() {
         let networks: Vec<String> = region.networks.iter().map(ToString::to_string).collect();
         let weights = region
@@ -52,7 +56,11 @@ pub fn policy_summary(policy: &Policy, path: &Path) -> String {
         h.path,
         h.expect,
         h.regions.len(),
-        h.regions.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", "),
+        h.regions
+            .iter()
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
         h.quorum,
         h.down_after,
         h.up_after,
