@@ -82,9 +82,17 @@ impl fmt::Display for Timestamp {
     /// RFC 3339 in UTC, to the millisecond when there are any.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0.is_multiple_of(1000) {
-            write!(f, "{}", humantime::format_rfc3339_seconds(self.system_time()))
+            write!(
+                f,
+                "{}",
+                humantime::format_rfc3339_seconds(self.system_time())
+            )
         } else {
-            write!(f, "{}", humantime::format_rfc3339_millis(self.system_time()))
+            write!(
+                f,
+                "{}",
+                humantime::format_rfc3339_millis(self.system_time())
+            )
         }
     }
 }
@@ -99,7 +107,9 @@ impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         Timestamp::parse_rfc3339(&s).map_err(|e| {
-            serde::de::Error::custom(format!("{e}: write an RFC 3339 time like 2026-12-01T09:00:00Z"))
+            serde::de::Error::custom(format!(
+                "{e}: write an RFC 3339 time like 2026-12-01T09:00:00Z"
+            ))
         })
     }
 }
@@ -207,6 +217,9 @@ mod tests {
         let json = serde_json::to_string(&t).unwrap();
         assert_eq!(serde_json::from_str::<Timestamp>(&json).unwrap(), t);
         assert!(Timestamp::parse_rfc3339("Tuesday").is_err());
-        assert_eq!((t + Duration::from_millis(5)).to_string(), "2026-12-01T09:00:00.005Z");
+        assert_eq!(
+            (t + Duration::from_millis(5)).to_string(),
+            "2026-12-01T09:00:00.005Z"
+        );
     }
 }

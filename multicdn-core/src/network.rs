@@ -182,10 +182,9 @@ impl FromStr for NetworkKey {
         if let Some(digits) = s.strip_prefix("AS").or_else(|| s.strip_prefix("as"))
             && !digits.is_empty()
         {
-            return digits
-                .parse::<u32>()
-                .map(NetworkKey::Asn)
-                .map_err(|_| NetworkError::new(s, "an ASN is AS followed by a number up to 4294967295"));
+            return digits.parse::<u32>().map(NetworkKey::Asn).map_err(|_| {
+                NetworkError::new(s, "an ASN is AS followed by a number up to 4294967295")
+            });
         }
         if s.len() == 2 {
             if let Some(c) = Continent::from_code(s).filter(|c| c.unambiguous()) {
@@ -233,7 +232,10 @@ mod tests {
 
     #[test]
     fn parses_the_four_granularities() {
-        assert_eq!("AS7922".parse::<NetworkKey>().unwrap(), NetworkKey::Asn(7922));
+        assert_eq!(
+            "AS7922".parse::<NetworkKey>().unwrap(),
+            NetworkKey::Asn(7922)
+        );
         assert_eq!(
             "de".parse::<NetworkKey>().unwrap(),
             NetworkKey::Country(Country::new("DE").unwrap())
@@ -248,7 +250,10 @@ mod tests {
     #[test]
     fn ambiguous_codes_read_as_countries_unless_prefixed() {
         // AS is American Samoa as a country; Asia needs the prefix.
-        assert!(matches!("AS".parse::<NetworkKey>().unwrap(), NetworkKey::Country(_)));
+        assert!(matches!(
+            "AS".parse::<NetworkKey>().unwrap(),
+            NetworkKey::Country(_)
+        ));
         let asia: NetworkKey = "continent:AS".parse().unwrap();
         assert_eq!(asia, NetworkKey::Continent(Continent::Asia));
         assert_eq!(asia.to_string(), "continent:AS");
@@ -256,7 +261,16 @@ mod tests {
 
     #[test]
     fn rejects_garbage_without_panicking() {
-        for bad in ["", "ASX", "AS99999999999", "D", "DEU", "continent:XX", "1A", "é1"] {
+        for bad in [
+            "",
+            "ASX",
+            "AS99999999999",
+            "D",
+            "DEU",
+            "continent:XX",
+            "1A",
+            "é1",
+        ] {
             assert!(bad.parse::<NetworkKey>().is_err(), "{bad}");
         }
     }
@@ -264,9 +278,7 @@ mod tests {
     fn any_key() -> impl Strategy<Value = NetworkKey> {
         prop_oneof![
             any::<u32>().prop_map(NetworkKey::Asn),
-            "[A-Z]{2}".prop_map(|s| {
-                NetworkKey::Country(Country::new(&s).unwrap())
-            }),
+            "[A-Z]{2}".prop_map(|s| { NetworkKey::Country(Country::new(&s).unwrap()) }),
             (0usize..7).prop_map(|i| NetworkKey::Continent(Continent::ALL[i])),
             Just(NetworkKey::Global),
         ]
@@ -278,10 +290,10 @@ mod tests {
             // Two-letter country codes that spell EU/OC/AN read back as continents by design.
             let printed = key.to_string();
             let back: NetworkKey = printed.parse().unwrap();
-            if let NetworkKey::Country(c) = key {
-                if matches!(c.as_str(), "EU" | "OC" | "AN") {
-                    return Ok(());
-                }
+            if let NetworkKey::Country(c) = key
+                && matches!(c.as_str(), "EU" | "OC" | "AN")
+            {
+                return Ok(());
             }
             prop_assert_eq!(back, key);
         }

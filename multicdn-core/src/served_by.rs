@@ -83,7 +83,10 @@ impl CacheStatus {
 
     /// True for the verdicts that did not go to the origin.
     pub fn is_hit(&self) -> bool {
-        matches!(self, CacheStatus::Hit | CacheStatus::Stale | CacheStatus::Updating)
+        matches!(
+            self,
+            CacheStatus::Hit | CacheStatus::Stale | CacheStatus::Updating
+        )
     }
 }
 
@@ -392,15 +395,24 @@ mod tests {
             ("x-cache", "MISS, HIT"),
         ];
         let s = served_by(&h).unwrap();
-        assert_eq!((s.provider.as_str(), s.pop.as_deref()), ("fastly", Some("LHR")));
+        assert_eq!(
+            (s.provider.as_str(), s.pop.as_deref()),
+            ("fastly", Some("LHR"))
+        );
         assert_eq!(s.cache, Some(CacheStatus::Hit));
     }
 
     #[test]
     fn falls_back_to_cloudflare_headers() {
-        let h = vec![("cf-ray", "7d1c2a3b4c5d6e7f-LHR"), ("cf-cache-status", "DYNAMIC")];
+        let h = vec![
+            ("cf-ray", "7d1c2a3b4c5d6e7f-LHR"),
+            ("cf-cache-status", "DYNAMIC"),
+        ];
         let s = served_by(&h).unwrap();
-        assert_eq!((s.provider.as_str(), s.pop.as_deref()), ("cloudflare", Some("LHR")));
+        assert_eq!(
+            (s.provider.as_str(), s.pop.as_deref()),
+            ("cloudflare", Some("LHR"))
+        );
         assert_eq!(s.cache, Some(CacheStatus::Dynamic));
     }
 
@@ -422,9 +434,15 @@ mod tests {
     #[test]
     fn reads_http_header_maps() {
         let mut map = http::HeaderMap::new();
-        map.insert("server-timing", r#"cdn;desc="cloudflare", pop;desc="sin""#.parse().unwrap());
+        map.insert(
+            "server-timing",
+            r#"cdn;desc="cloudflare", pop;desc="sin""#.parse().unwrap(),
+        );
         let s = served_by(&map).unwrap();
-        assert_eq!((s.provider.as_str(), s.pop.as_deref()), ("cloudflare", Some("SIN")));
+        assert_eq!(
+            (s.provider.as_str(), s.pop.as_deref()),
+            ("cloudflare", Some("SIN"))
+        );
     }
 
     proptest! {

@@ -48,7 +48,9 @@ pub struct Weights {
 
 impl Weights {
     /// Builds weights from basis points; they must sum to exactly 10,000.
-    pub fn new(shares: impl IntoIterator<Item = (ProviderId, u32)>) -> Result<Weights, WeightsError> {
+    pub fn new(
+        shares: impl IntoIterator<Item = (ProviderId, u32)>,
+    ) -> Result<Weights, WeightsError> {
         let mut shares: Vec<(ProviderId, u32)> = shares.into_iter().collect();
         if shares.is_empty() {
             return Err(WeightsError::Empty);
@@ -196,8 +198,10 @@ impl Weights {
             return Err(WeightsError::ZeroScale);
         }
         let step = step_bp.clamp(1, TOTAL_BP);
-        if TOTAL_BP % step != 0 {
-            return Err(WeightsError::OutOfRange(format!("step of {step} basis points")));
+        if !TOTAL_BP.is_multiple_of(step) {
+            return Err(WeightsError::OutOfRange(format!(
+                "step of {step} basis points"
+            )));
         }
         let units = largest_remainder(&raw, TOTAL_BP / step);
         Weights::new(
@@ -349,7 +353,12 @@ mod tests {
     fn whole_percent_split() -> impl Strategy<Value = Vec<u32>> {
         prop::collection::vec(0u32..=100, 1..=6).prop_filter_map("needs a non-zero part", |raw| {
             let sum: u32 = raw.iter().sum();
-            (sum > 0).then(|| largest_remainder(&raw, 100).into_iter().map(|x| x * 100).collect())
+            (sum > 0).then(|| {
+                largest_remainder(&raw, 100)
+                    .into_iter()
+                    .map(|x| x * 100)
+                    .collect()
+            })
         })
     }
 

@@ -22,14 +22,8 @@ pub(crate) struct LocationIndex {
 }
 
 enum Frame {
-    Map {
-        path: String,
-        key: Option<String>,
-    },
-    Seq {
-        path: String,
-        next: usize,
-    },
+    Map { path: String, key: Option<String> },
+    Seq { path: String, next: usize },
 }
 
 impl LocationIndex {
@@ -177,7 +171,10 @@ health:
     #[test]
     fn finds_fields_by_path() {
         let idx = LocationIndex::build(DOC);
-        assert_eq!(idx.position_of("health.quorum"), Some(Position { line: 9, column: 3 }));
+        assert_eq!(
+            idx.position_of("health.quorum"),
+            Some(Position { line: 9, column: 3 })
+        );
         assert_eq!(
             idx.position_of("steering.regions[0].weights"),
             Some(Position { line: 4, column: 7 })
@@ -186,14 +183,27 @@ health:
             idx.position_of("steering.regions[1].weights.fastly"),
             Some(Position { line: 7, column: 9 })
         );
-        assert_eq!(idx.position_of("steering.regions[0].match[1]").map(|p| p.line), Some(3));
+        assert_eq!(
+            idx.position_of("steering.regions[0].match[1]")
+                .map(|p| p.line),
+            Some(3)
+        );
         // A missing field falls back to its nearest ancestor.
-        assert_eq!(idx.position_of("health.interval"), Some(Position { line: 8, column: 1 }));
+        assert_eq!(
+            idx.position_of("health.interval"),
+            Some(Position { line: 8, column: 1 })
+        );
     }
 
     #[test]
     fn maps_a_position_back_to_a_path() {
         let idx = LocationIndex::build(DOC);
-        assert_eq!(idx.path_at(Position { line: 9, column: 11 }), Some("health.quorum"));
+        assert_eq!(
+            idx.path_at(Position {
+                line: 9,
+                column: 11
+            }),
+            Some("health.quorum")
+        );
     }
 }

@@ -30,8 +30,8 @@ use crate::network::NetworkKey;
 use crate::traits::{CohortPlan, ProviderKind, SteeringPlan};
 use crate::weights::Weights;
 
-pub use location::Position;
 use location::LocationIndex;
+pub use location::Position;
 pub use units::{Dur, Share};
 
 /// The whole policy.
@@ -608,7 +608,11 @@ impl fmt::Display for Diagnostic {
             self.file,
             self.position.line,
             self.position.column,
-            if self.path.is_empty() { "(document)" } else { &self.path },
+            if self.path.is_empty() {
+                "(document)"
+            } else {
+                &self.path
+            },
             self.message
         )
     }
@@ -681,7 +685,9 @@ impl Policy {
                 .into_iter()
                 .map(|(path, message)| Diagnostic {
                     file: file.to_owned(),
-                    position: index.position_of(&path).unwrap_or(Position { line: 1, column: 1 }),
+                    position: index
+                        .position_of(&path)
+                        .unwrap_or(Position { line: 1, column: 1 }),
                     path,
                     message,
                 })

@@ -25,7 +25,10 @@ fn the_shipped_example_validates() {
     assert_eq!(p.providers.len(), 2);
     assert_eq!(p.health.quorum, 3);
     assert_eq!(p.health.regions.len(), 5);
-    assert_eq!(p.steering.failover.steps, vec![Share::percent(50), Share::percent(100)]);
+    assert_eq!(
+        p.steering.failover.steps,
+        vec![Share::percent(50), Share::percent(100)]
+    );
     assert_eq!(p.steering.failover.interval, Dur::secs(90));
     assert_eq!(p.cache.routes.len(), 4);
     assert_eq!(p.cache.defaults.stale_if_error, Dur::secs(7 * 86_400));
@@ -45,7 +48,10 @@ fn an_unknown_key_names_its_line_and_column() {
     assert_eq!(d[0].path, "health.quorom");
     assert!(d[0].message.contains("quorom"), "{}", d[0].message);
     let shown = d[0].to_string();
-    assert!(shown.starts_with(&format!("p.yaml:{}:3: health.quorom:", d[0].position.line)), "{shown}");
+    assert!(
+        shown.starts_with(&format!("p.yaml:{}:3: health.quorom:", d[0].position.line)),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -78,8 +84,15 @@ fn an_unknown_provider_lists_the_defined_ones() {
         "weights: { akamai: 90%, fastly: 10% }",
     );
     let d = invalid(&src);
-    let unknown = d.iter().find(|d| d.path == "steering.regions[2].weights.akamai").unwrap();
-    assert!(unknown.message.contains("cloudflare, fastly"), "{}", unknown.message);
+    let unknown = d
+        .iter()
+        .find(|d| d.path == "steering.regions[2].weights.akamai")
+        .unwrap();
+    assert!(
+        unknown.message.contains("cloudflare, fastly"),
+        "{}",
+        unknown.message
+    );
     assert_eq!(unknown.position.line, line_of(&src, "akamai: 90%"));
 }
 
@@ -87,7 +100,10 @@ fn an_unknown_provider_lists_the_defined_ones() {
 fn exactly_one_default_region_is_required() {
     let src = edit("match: [\"*\"]", "match: [BR]");
     let d = invalid(&src);
-    assert!(d.iter().any(|d| d.path == "steering.regions" && d.message.contains("exactly one")));
+    assert!(
+        d.iter()
+            .any(|d| d.path == "steering.regions" && d.message.contains("exactly one"))
+    );
 }
 
 #[test]
@@ -115,7 +131,10 @@ fn floors_must_leave_room() {
 #[test]
 fn thresholds_out_of_range_are_refused() {
     let d = invalid(&edit("  quorum: 3 ", "  quorum: 6 "));
-    assert!(d[0].message.contains("between 1 and the number of regions (5)"));
+    assert!(
+        d[0].message
+            .contains("between 1 and the number of regions (5)")
+    );
     let d = invalid(&edit("switch_back_factor: 1.5", "switch_back_factor: 0.5"));
     assert_eq!(d[0].path, "steering.rum.switch_back_factor");
     let d = invalid(&edit("timeout: 3s", "timeout: 45s"));
@@ -124,8 +143,11 @@ fn thresholds_out_of_range_are_refused() {
 
 #[test]
 fn every_problem_is_reported_at_once() {
-    let src = edit("steps: [50%, 100%]", "steps: [100%, 50%]")
-        .replacen("min_samples: 200", "min_samples: 0", 1);
+    let src = edit("steps: [50%, 100%]", "steps: [100%, 50%]").replacen(
+        "min_samples: 200",
+        "min_samples: 0",
+        1,
+    );
     let d = invalid(&src);
     assert!(d.len() >= 2, "{d:?}");
 }

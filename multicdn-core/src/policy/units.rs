@@ -65,10 +65,12 @@ impl<'de> Deserialize<'de> for Dur {
                     .map_err(|_| E::custom("a duration cannot be negative"))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
-                if v.is_finite() && v >= 0.0 && v < 1e12 {
+                if v.is_finite() && (0.0..1e12).contains(&v) {
                     Ok(Dur(Duration::from_secs_f64(v)))
                 } else {
-                    Err(E::custom("a duration must be a non-negative number of seconds"))
+                    Err(E::custom(
+                        "a duration must be a non-negative number of seconds",
+                    ))
                 }
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
@@ -121,7 +123,7 @@ impl Share {
 
 impl fmt::Display for Share {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 % 100 == 0 {
+        if self.0.is_multiple_of(100) {
             write!(f, "{}%", self.0 / 100)
         } else {
             write!(f, "{}%", f64::from(self.0) / 100.0)
@@ -155,10 +157,14 @@ impl<'de> Deserialize<'de> for Share {
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Share, E> {
                 let t = v.trim();
                 let num = t.strip_suffix('%').ok_or_else(|| {
-                    E::custom(format!("{v:?} is not a share: write it as a percentage like 10%"))
+                    E::custom(format!(
+                        "{v:?} is not a share: write it as a percentage like 10%"
+                    ))
                 })?;
                 let p: f64 = num.trim().parse().map_err(|_| {
-                    E::custom(format!("{v:?} is not a share: write it as a percentage like 10%"))
+                    E::custom(format!(
+                        "{v:?} is not a share: write it as a percentage like 10%"
+                    ))
                 })?;
                 Share::from_percent_f64(p).map_err(E::custom)
             }

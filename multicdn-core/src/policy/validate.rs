@@ -43,7 +43,10 @@ fn providers(policy: &Policy, out: &mut Problems) {
         if spec.edge_host.trim().is_empty() || spec.edge_host.contains(['/', ' ']) {
             out.push((
                 format!("{at}.edge_host"),
-                format!("{:?} is not a hostname: write the edge's name, like example.map.fastly.net", spec.edge_host),
+                format!(
+                    "{:?} is not a hostname: write the edge's name, like example.map.fastly.net",
+                    spec.edge_host
+                ),
             ));
         }
         match spec.kind {
@@ -69,10 +72,19 @@ fn providers(policy: &Policy, out: &mut Problems) {
 fn cache(policy: &Policy, out: &mut Problems) {
     for (i, route) in policy.cache.routes.iter().enumerate() {
         if let Err(e) = Regex::new(&route.pattern) {
-            let first = e.to_string().lines().last().unwrap_or_default().trim().to_owned();
+            let first = e
+                .to_string()
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
             out.push((
                 format!("cache.routes[{i}].match"),
-                format!("{:?} is not a valid regular expression ({first})", route.pattern),
+                format!(
+                    "{:?} is not a valid regular expression ({first})",
+                    route.pattern
+                ),
             ));
         }
         if route.cache == super::CacheMode::Never
@@ -89,7 +101,10 @@ fn cache(policy: &Policy, out: &mut Problems) {
 fn health(policy: &Policy, out: &mut Problems) {
     let h = &policy.health;
     if !h.path.starts_with('/') {
-        out.push(("health.path".into(), format!("{:?} must be a path starting with /", h.path)));
+        out.push((
+            "health.path".into(),
+            format!("{:?} must be a path starting with /", h.path),
+        ));
     }
     if h.expect.is_empty() {
         out.push((
@@ -105,32 +120,50 @@ fn health(policy: &Policy, out: &mut Problems) {
     }
     let n = h.regions.len();
     if n == 0 {
-        out.push(("health.regions".into(), "list at least one probe region".into()));
+        out.push((
+            "health.regions".into(),
+            "list at least one probe region".into(),
+        ));
     }
     let mut seen = h.regions.clone();
     seen.sort();
     if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-        out.push(("health.regions".into(), format!("region {} is listed twice", w[0])));
+        out.push((
+            "health.regions".into(),
+            format!("region {} is listed twice", w[0]),
+        ));
     }
     if h.quorum == 0 || h.quorum > n.max(1) {
         out.push((
             "health.quorum".into(),
-            format!("quorum {} must be between 1 and the number of regions ({n})", h.quorum),
+            format!(
+                "quorum {} must be between 1 and the number of regions ({n})",
+                h.quorum
+            ),
         ));
     }
     if h.down_after == 0 {
-        out.push(("health.down_after".into(), "must be at least 1 round".into()));
+        out.push((
+            "health.down_after".into(),
+            "must be at least 1 round".into(),
+        ));
     }
     if h.up_after == 0 {
         out.push(("health.up_after".into(), "must be at least 1 round".into()));
     }
     if h.interval.get().is_zero() {
-        out.push(("health.interval".into(), "must be longer than zero, like 30s".into()));
+        out.push((
+            "health.interval".into(),
+            "must be longer than zero, like 30s".into(),
+        ));
     }
     if h.timeout.get().is_zero() || h.timeout >= h.interval {
         out.push((
             "health.timeout".into(),
-            format!("must be above zero and shorter than the interval ({})", h.interval),
+            format!(
+                "must be above zero and shorter than the interval ({})",
+                h.interval
+            ),
         ));
     }
     if let Some(f) = h.fresh_for
@@ -138,7 +171,10 @@ fn health(policy: &Policy, out: &mut Problems) {
     {
         out.push((
             "health.fresh_for".into(),
-            format!("must be at least one interval ({}), or no observation would ever vote", h.interval),
+            format!(
+                "must be at least one interval ({}), or no observation would ever vote",
+                h.interval
+            ),
         ));
     }
 }
@@ -156,7 +192,11 @@ fn weights_map(
             format!(
                 "weights sum to {}, they must sum to exactly 100% ({})",
                 Share(sum.min(u64::from(u32::MAX)) as u32),
-                weights.iter().map(|(p, s)| format!("{p} {s}")).collect::<Vec<_>>().join(" + ")
+                weights
+                    .iter()
+                    .map(|(p, s)| format!("{p} {s}"))
+                    .collect::<Vec<_>>()
+                    .join(" + ")
             ),
         ));
     }
@@ -173,7 +213,10 @@ fn unknown_providers<'a>(
         if !policy.providers.contains_key(id) {
             out.push((
                 format!("{at}.{id}"),
-                format!("provider {id} is not defined under `providers` (defined: {})", known_list(policy)),
+                format!(
+                    "provider {id} is not defined under `providers` (defined: {})",
+                    known_list(policy)
+                ),
             ));
         }
     }
@@ -181,7 +224,11 @@ fn unknown_providers<'a>(
 
 fn steering(policy: &Policy, out: &mut Problems) {
     let s = &policy.steering;
-    if !s.record.trim_end_matches('.').ends_with(s.zone.trim_end_matches('.')) {
+    if !s
+        .record
+        .trim_end_matches('.')
+        .ends_with(s.zone.trim_end_matches('.'))
+    {
         out.push((
             "steering.record".into(),
             format!("{:?} is not inside zone {:?}", s.record, s.zone),
@@ -210,18 +257,29 @@ fn steering(policy: &Policy, out: &mut Problems) {
     for (i, region) in s.regions.iter().enumerate() {
         let at = format!("steering.regions[{i}]");
         if region.networks.is_empty() {
-            out.push((format!("{at}.match"), "list the networks this region covers, or \"*\"".into()));
+            out.push((
+                format!("{at}.match"),
+                "list the networks this region covers, or \"*\"".into(),
+            ));
         }
         weights_map(policy, &format!("{at}.weights"), &region.weights, out);
         let name = region.cohort_id(i);
         if names.contains(&name) {
-            out.push((format!("{at}.name"), format!("cohort name {name} is used twice")));
+            out.push((
+                format!("{at}.name"),
+                format!("cohort name {name} is used twice"),
+            ));
         }
         names.push(name);
     }
     // Floors and commits must leave room for each other.
     let floors = &s.floors;
-    unknown_providers(policy, "steering.floors.commits", floors.commits.keys(), out);
+    unknown_providers(
+        policy,
+        "steering.floors.commits",
+        floors.commits.keys(),
+        out,
+    );
     let n = policy.providers.len() as u64;
     let needed: u64 = policy
         .providers
@@ -250,34 +308,62 @@ fn steering(policy: &Policy, out: &mut Problems) {
             "steering.failover.steps".into(),
             format!(
                 "steps must rise strictly and end at 100%, like [50%, 100%]; got [{}]",
-                steps.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                steps
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ));
     }
     let rum = &s.rum;
     if !(1..=99).contains(&rum.percentile) {
-        out.push(("steering.rum.percentile".into(), "must be 1 to 99 (75 for p75)".into()));
+        out.push((
+            "steering.rum.percentile".into(),
+            "must be 1 to 99 (75 for p75)".into(),
+        ));
     }
     if rum.min_samples == 0 {
-        out.push(("steering.rum.min_samples".into(), "must be at least 1; a few hundred is usual".into()));
+        out.push((
+            "steering.rum.min_samples".into(),
+            "must be at least 1; a few hundred is usual".into(),
+        ));
     }
     if rum.relative_gap.bp() > TOTAL_BP {
-        out.push(("steering.rum.relative_gap".into(), "must be 0% to 100%".into()));
+        out.push((
+            "steering.rum.relative_gap".into(),
+            "must be 0% to 100%".into(),
+        ));
     }
-    if !(rum.switch_back_factor.is_finite() && rum.switch_back_factor >= 1.0 && rum.switch_back_factor <= 10.0) {
+    if !(rum.switch_back_factor.is_finite()
+        && rum.switch_back_factor >= 1.0
+        && rum.switch_back_factor <= 10.0)
+    {
         out.push((
             "steering.rum.switch_back_factor".into(),
-            format!("{} must be 1 to 10: switching back needs at least the gap that switched", rum.switch_back_factor),
+            format!(
+                "{} must be 1 to 10: switching back needs at least the gap that switched",
+                rum.switch_back_factor
+            ),
         ));
     }
     if rum.step.bp() == 0 || rum.step.bp() > TOTAL_BP {
-        out.push(("steering.rum.step".into(), "must be above 0% and at most 100%, like 20%".into()));
+        out.push((
+            "steering.rum.step".into(),
+            "must be above 0% and at most 100%, like 20%".into(),
+        ));
     }
     if rum.availability_threshold.bp() > TOTAL_BP {
-        out.push(("steering.rum.availability_threshold".into(), "must be 0% to 100%".into()));
+        out.push((
+            "steering.rum.availability_threshold".into(),
+            "must be 0% to 100%".into(),
+        ));
     }
     if rum.window.get().is_zero() {
-        out.push(("steering.rum.window".into(), "must be above zero, like 1h".into()));
+        out.push((
+            "steering.rum.window".into(),
+            "must be above zero, like 1h".into(),
+        ));
     }
     let g = &s.guardrails;
     for (field, share) in [
@@ -293,13 +379,19 @@ fn steering(policy: &Policy, out: &mut Problems) {
         }
     }
     if g.stale_after.get().is_zero() {
-        out.push(("steering.guardrails.stale_after".into(), "must be above zero, like 15m".into()));
+        out.push((
+            "steering.guardrails.stale_after".into(),
+            "must be above zero, like 15m".into(),
+        ));
     }
     for (i, pin) in s.pins.iter().enumerate() {
         let at = format!("steering.pins[{i}]");
         weights_map(policy, &format!("{at}.weights"), &pin.weights, out);
         if pin.reason.trim().is_empty() {
-            out.push((format!("{at}.reason"), "say why the network is pinned; the journal records it".into()));
+            out.push((
+                format!("{at}.reason"),
+                "say why the network is pinned; the journal records it".into(),
+            ));
         }
     }
 }

@@ -32,7 +32,11 @@ pub struct Target {
 
 impl Target {
     /// A target expecting `200` and `expect_body`, with the default 3 s deadline.
-    pub fn new(provider: ProviderId, url: impl Into<String>, expect_body: impl Into<String>) -> Target {
+    pub fn new(
+        provider: ProviderId,
+        url: impl Into<String>,
+        expect_body: impl Into<String>,
+    ) -> Target {
         Target {
             provider,
             url: url.into(),

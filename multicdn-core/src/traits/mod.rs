@@ -21,7 +21,9 @@ pub use health::{FailReason, HealthCheck, Observation, Outcome, Target};
 pub use provider::{Capabilities, Provider, ProviderKind};
 pub use purge::{PurgeReceipt, PurgeRequest, PurgeScope, Purger};
 pub use score::{CellStats, Score, Scorer};
-pub use steer::{ApplyOptions, CohortChange, CohortPlan, SteeringDiff, SteeringPlan, SteeringState, Steerer};
+pub use steer::{
+    ApplyOptions, CohortChange, CohortPlan, Steerer, SteeringDiff, SteeringPlan, SteeringState,
+};
 
 #[cfg(any(test, feature = "mock"))]
 pub use health::MockHealthCheck;

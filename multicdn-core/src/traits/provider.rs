@@ -106,4 +106,3 @@ impl<T: Provider + ?Sized> Provider for Arc<T> {
         (**self).recognise(headers)
     }
 }
-

@@ -30,7 +30,10 @@ impl PurgeScope {
     /// The items named (empty for [`PurgeScope::Everything`]).
     pub fn items(&self) -> &[String] {
         match self {
-            PurgeScope::Urls(v) | PurgeScope::Tags(v) | PurgeScope::Hosts(v) | PurgeScope::Prefixes(v) => v,
+            PurgeScope::Urls(v)
+            | PurgeScope::Tags(v)
+            | PurgeScope::Hosts(v)
+            | PurgeScope::Prefixes(v) => v,
             PurgeScope::Everything => &[],
         }
     }

@@ -75,7 +75,11 @@ impl SteeringPlan {
                     return Err(format!(
                         "cohort {} names unknown provider {p} (known: {})",
                         c.cohort,
-                        known.iter().map(ProviderId::as_str).collect::<Vec<_>>().join(", ")
+                        known
+                            .iter()
+                            .map(ProviderId::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ));
                 }
             }
@@ -223,7 +227,11 @@ pub trait Steerer: fmt::Debug + Send + Sync {
     }
 
     /// Applies `plan` and returns what changed.
-    async fn apply(&self, plan: &SteeringPlan, options: &ApplyOptions) -> Result<SteeringDiff, Error>;
+    async fn apply(
+        &self,
+        plan: &SteeringPlan,
+        options: &ApplyOptions,
+    ) -> Result<SteeringDiff, Error>;
 }
 
 #[async_trait]
@@ -234,7 +242,11 @@ impl<T: Steerer + ?Sized> Steerer for Arc<T> {
     async fn plan(&self, plan: &SteeringPlan) -> Result<SteeringDiff, Error> {
         (**self).plan(plan).await
     }
-    async fn apply(&self, plan: &SteeringPlan, options: &ApplyOptions) -> Result<SteeringDiff, Error> {
+    async fn apply(
+        &self,
+        plan: &SteeringPlan,
+        options: &ApplyOptions,
+    ) -> Result<SteeringDiff, Error> {
         (**self).apply(plan, options).await
     }
 }
