@@ -13,3 +13,4 @@ pub mod resolve;
 pub mod scoreboard;
 pub mod scorer;
 pub mod sketch;
+pub mod video;

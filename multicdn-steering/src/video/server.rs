@@ -1,0 +1,628 @@
+//! The content-steering handler, free of any HTTP framework: a [`SteeringRequest`] (query
+//! parameters, the client's networks, HLS or DASH) in, a [`SteeringResponse`] (status, headers,
+//! JSON body) out. Time is a parameter, so the handler is tested without a clock or a socket;
+//! the `content-steering` example wires it into axum in a dozen lines.
+//!
+//! What one request does:
+//! 1. the overload limiter (a token bucket) may answer `429` with `Retry-After` (hls.js waits
+//!    that long before asking again);
+//! 2. the players' reports, `_HLS_pathway`/`_HLS_throughput` (DASH: `_DASH_pathway`/
+//!    `_DASH_throughput`, comma-separated lists paired by position, throughput in bits per
+//!    second), become [`PathwayMeasurement`]s returned in the response for the caller to feed
+//!    its scoreboard. A malformed report is returned as a [`MeasurementError`] and never stops
+//!    the manifest: a bad beacon must not break playback;
+//! 3. the session (`session` in the query, minted on the first request) and the client's
+//!    networks pick the cohort and the pathway order from the plan in force;
+//! 4. the manifest carries `TTL` (shortened while an incident is declared, so sessions move in
+//!    seconds rather than minutes), `RELOAD-URI` with `session` and the plan `version`, the
+//!    order, and the configured `PATHWAY-CLONES`.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use multicdn_core::{CohortId, NetworkKey, ProviderId, Timestamp};
+
+use super::actuator::{SharedPlan, cohort_for, fnv1a, pathway_priority};
+use super::manifest::{PathwayClone, SteeringManifest, is_valid_pathway_id};
+
+/// Which player family asks: it names the query parameters players report with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// HLS: `_HLS_pathway`, `_HLS_throughput`.
+    Hls,
+    /// DASH: `_DASH_pathway`, `_DASH_throughput`.
+    Dash,
+}
+
+impl Protocol {
+    /// The parameter naming the pathway(s) the player used.
+    pub fn pathway_param(self) -> &'static str {
+        match self {
+            Protocol::Hls => "_HLS_pathway",
+            Protocol::Dash => "_DASH_pathway",
+        }
+    }
+
+    /// The parameter carrying the measured throughput(s), bits per second.
+    pub fn throughput_param(self) -> &'static str {
+        match self {
+            Protocol::Hls => "_HLS_throughput",
+            Protocol::Dash => "_DASH_throughput",
+        }
+    }
+}
+
+/// One manifest request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SteeringRequest {
+    /// HLS or DASH.
+    pub protocol: Protocol,
+    /// The query parameters, decoded, in order.
+    pub query: Vec<(String, String)>,
+    /// The client's networks (ASN, country, continent), as resolved by the caller.
+    pub networks: Vec<NetworkKey>,
+}
+
+impl SteeringRequest {
+    /// Builds a request from a raw query string (`session=a&_HLS_pathway=cdn-a`), decoding
+    /// percent-escapes and `+`.
+    pub fn from_query_string(
+        protocol: Protocol,
+        query: &str,
+        networks: Vec<NetworkKey>,
+    ) -> SteeringRequest {
+        let query = url::form_urlencoded::parse(query.trim_start_matches('?').as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        SteeringRequest {
+            protocol,
+            query,
+            networks,
+        }
+    }
+
+    /// The first value of a query parameter.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What a player reported about one pathway: a measurement for the scoreboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathwayMeasurement {
+    /// The pathway id as the player sent it.
+    pub pathway: String,
+    /// Throughput the player measured on it, bits per second.
+    pub throughput_bps: u64,
+    /// The client's finest known network, when the caller resolved one.
+    pub network: Option<NetworkKey>,
+    /// When the report arrived.
+    pub at: Timestamp,
+}
+
+impl PathwayMeasurement {
+    /// The pathway as a provider id, when it is one (pathway ids allow uppercase; provider ids
+    /// do not).
+    pub fn provider(&self) -> Option<ProviderId> {
+        ProviderId::new(&self.pathway).ok()
+    }
+}
+
+/// The most pathways one report may list.
+pub const MAX_REPORTED_PATHWAYS: usize = 16;
+
+/// Why a player's report could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MeasurementError {
+    /// A pathway id is empty or has characters pathway ids cannot have.
+    #[error("{param}: pathway id {value:?} is not valid (1 to 64 of A-Z a-z 0-9 . - _)")]
+    PathwayId {
+        /// The parameter.
+        param: &'static str,
+        /// The value read.
+        value: String,
+    },
+    /// A throughput is not a non-negative number of bits per second.
+    #[error("{param}: throughput {value:?} is not a non-negative number of bits per second")]
+    Throughput {
+        /// The parameter.
+        param: &'static str,
+        /// The value read.
+        value: String,
+    },
+    /// The two lists differ in length, so they cannot be paired.
+    #[error(
+        "{pathway_param} lists {pathways} pathway(s) but {throughput_param} lists {throughputs} \
+         throughput(s); they are paired by position and must be the same length"
+    )]
+    CountMismatch {
+        /// The pathway parameter.
+        pathway_param: &'static str,
+        /// The throughput parameter.
+        throughput_param: &'static str,
+        /// How many pathways.
+        pathways: usize,
+        /// How many throughputs.
+        throughputs: usize,
+    },
+    /// More pathways than [`MAX_REPORTED_PATHWAYS`].
+    #[error("{param} lists {count} pathways; at most {MAX_REPORTED_PATHWAYS} are read")]
+    TooMany {
+        /// The parameter.
+        param: &'static str,
+        /// How many were listed.
+        count: usize,
+    },
+}
+
+fn list(value: &str) -> Vec<&str> {
+    value
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').trim())
+        .collect()
+}
+
+fn parse_bps(value: &str) -> Option<u64> {
+    if let Ok(n) = value.parse::<u64>() {
+        return Some(n);
+    }
+    let f: f64 = value.parse().ok()?;
+    (f.is_finite() && f >= 0.0 && f < u64::MAX as f64).then(|| f.round() as u64)
+}
+
+/// Reads the players' pathway reports from a request. No report is `Ok(vec![])`; a pathway
+/// without a throughput is not a measurement and is skipped.
+pub fn parse_measurements(
+    request: &SteeringRequest,
+    at: Timestamp,
+) -> Result<Vec<PathwayMeasurement>, MeasurementError> {
+    let pathway_param = request.protocol.pathway_param();
+    let throughput_param = request.protocol.throughput_param();
+    let (Some(pathways), Some(throughputs)) = (
+        request.param(pathway_param),
+        request.param(throughput_param),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let pathways = list(pathways);
+    let throughputs = list(throughputs);
+    if pathways.len() > MAX_REPORTED_PATHWAYS {
+        return Err(MeasurementError::TooMany {
+            param: pathway_param,
+            count: pathways.len(),
+        });
+    }
+    if pathways.len() != throughputs.len() {
+        return Err(MeasurementError::CountMismatch {
+            pathway_param,
+            throughput_param,
+            pathways: pathways.len(),
+            throughputs: throughputs.len(),
+        });
+    }
+    let network = request
+        .networks
+        .iter()
+        .min_by_key(|n| n.granularity())
+        .copied();
+    pathways
+        .into_iter()
+        .zip(throughputs)
+        .map(|(p, t)| {
+            if !is_valid_pathway_id(p) {
+                return Err(MeasurementError::PathwayId {
+                    param: pathway_param,
+                    value: p.to_owned(),
+                });
+            }
+            let throughput_bps = parse_bps(t).ok_or_else(|| MeasurementError::Throughput {
+                param: throughput_param,
+                value: t.to_owned(),
+            })?;
+            Ok(PathwayMeasurement {
+                pathway: p.to_owned(),
+                throughput_bps,
+                network,
+                at,
+            })
+        })
+        .collect()
+}
+
+/// A bound on manifest requests: `per_second` sustained, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Requests per second, sustained.
+    pub per_second: f64,
+    /// Requests allowed at once after a quiet period.
+    pub burst: u32,
+}
+
+/// A token bucket driven by the time it is given.
+#[derive(Debug)]
+struct Bucket {
+    limit: RateLimit,
+    tokens: f64,
+    last: Option<Timestamp>,
+}
+
+impl Bucket {
+    fn new(limit: RateLimit) -> Bucket {
+        Bucket {
+            limit,
+            tokens: f64::from(limit.burst),
+            last: None,
+        }
+    }
+
+    /// Takes a token, or says how long until one is available.
+    fn take(&mut self, now: Timestamp) -> Result<(), Duration> {
+        if let Some(last) = self.last {
+            let refill = now.since(last).as_secs_f64() * self.limit.per_second;
+            self.tokens = (self.tokens + refill).min(f64::from(self.limit.burst));
+        }
+        if self.last.is_none_or(|l| now > l) {
+            self.last = Some(now);
+        }
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return Ok(());
+        }
+        if self.limit.per_second <= 0.0 {
+            return Err(Duration::from_secs(60));
+        }
+        Err(Duration::from_secs_f64(
+            (1.0 - self.tokens) / self.limit.per_second,
+        ))
+    }
+}
+
+/// How the handler answers.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SteeringConfig {
+    /// `TTL` in normal operation (players default to 300 s).
+    pub ttl: Duration,
+    /// `TTL` while an incident is declared, so sessions move quickly.
+    pub incident_ttl: Duration,
+    /// Where HLS players reload from (relative to the manifest URI, or absolute).
+    pub hls_reload_uri: String,
+    /// Where DASH players reload from.
+    pub dash_reload_uri: String,
+    /// `PATHWAY-CLONES`, sent on every manifest when not empty.
+    pub clones: Vec<PathwayClone>,
+    /// The order served while no plan is in force. Empty: answer 503 until a plan arrives.
+    pub default_pathways: Vec<ProviderId>,
+    /// The overload bound; `None` answers every request.
+    pub rate_limit: Option<RateLimit>,
+}
+
+impl Default for SteeringConfig {
+    fn default() -> Self {
+        SteeringConfig {
+            ttl: Duration::from_secs(300),
+            incident_ttl: Duration::from_secs(30),
+            hls_reload_uri: "/hls.json".into(),
+            dash_reload_uri: "/dash.json".into(),
+            clones: Vec::new(),
+            default_pathways: Vec::new(),
+            rate_limit: None,
+        }
+    }
+}
+
+impl SteeringConfig {
+    /// Sets the normal TTL.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets the incident TTL.
+    pub fn incident_ttl(mut self, ttl: Duration) -> Self {
+        self.incident_ttl = ttl;
+        self
+    }
+
+    /// Sets the reload URIs for HLS and DASH.
+    pub fn reload_uris(mut self, hls: impl Into<String>, dash: impl Into<String>) -> Self {
+        self.hls_reload_uri = hls.into();
+        self.dash_reload_uri = dash.into();
+        self
+    }
+
+    /// Sets the pathway clones.
+    pub fn clones(mut self, clones: Vec<PathwayClone>) -> Self {
+        self.clones = clones;
+        self
+    }
+
+    /// Sets the order served before any plan is in force.
+    pub fn default_pathways(mut self, pathways: Vec<ProviderId>) -> Self {
+        self.default_pathways = pathways;
+        self
+    }
+
+    /// Bounds the request rate.
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.rate_limit = Some(limit);
+        self
+    }
+}
+
+/// The handler's answer, plus what it learned for the caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SteeringResponse {
+    /// HTTP status: 200, 429 (overload) or 503 (no plan and no default order).
+    pub status: u16,
+    /// Response headers.
+    pub headers: Vec<(String, String)>,
+    /// The JSON body.
+    pub body: String,
+    /// The manifest sent, on 200.
+    pub manifest: Option<SteeringManifest>,
+    /// The session the manifest was built for (minted on a first request).
+    pub session: Option<String>,
+    /// The cohort the client fell in.
+    pub cohort: Option<CohortId>,
+    /// The players' reports, for the scoreboard.
+    pub measurements: Vec<PathwayMeasurement>,
+    /// Why the players' report was not read, when it was malformed.
+    pub rejected: Option<MeasurementError>,
+}
+
+impl SteeringResponse {
+    /// The first value of a header (names compared case-insensitively).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn error(status: u16, message: &str, extra: Vec<(String, String)>) -> SteeringResponse {
+        let mut headers = vec![
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+            ("Cache-Control".to_owned(), "no-store".to_owned()),
+        ];
+        headers.extend(extra);
+        SteeringResponse {
+            status,
+            headers,
+            body: serde_json::json!({ "error": message }).to_string(),
+            manifest: None,
+            session: None,
+            cohort: None,
+            measurements: Vec::new(),
+            rejected: None,
+        }
+    }
+}
+
+/// The content-steering handler. Share it behind an `Arc`; every method takes `&self`.
+#[derive(Debug)]
+pub struct ContentSteering {
+    config: SteeringConfig,
+    plan: SharedPlan,
+    incident: AtomicBool,
+    bucket: Option<Mutex<Bucket>>,
+    sessions: AtomicU64,
+}
+
+fn valid_session(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl ContentSteering {
+    /// A handler serving the plan in `plan` (written by a
+    /// [`ContentSteeringSteerer`](super::actuator::ContentSteeringSteerer)).
+    pub fn new(config: SteeringConfig, plan: SharedPlan) -> ContentSteering {
+        let bucket = config.rate_limit.map(|l| Mutex::new(Bucket::new(l)));
+        ContentSteering {
+            config,
+            plan,
+            incident: AtomicBool::new(false),
+            bucket,
+            sessions: AtomicU64::new(0),
+        }
+    }
+
+    /// Declares or ends an incident: while declared, manifests carry the incident TTL.
+    pub fn set_incident(&self, incident: bool) {
+        self.incident.store(incident, Ordering::SeqCst);
+    }
+
+    /// Whether an incident is declared.
+    pub fn incident(&self) -> bool {
+        self.incident.load(Ordering::SeqCst)
+    }
+
+    /// The TTL manifests carry now.
+    pub fn current_ttl(&self) -> Duration {
+        if self.incident() {
+            self.config.incident_ttl
+        } else {
+            self.config.ttl
+        }
+    }
+
+    fn mint_session(&self, now: Timestamp) -> String {
+        let n = self.sessions.fetch_add(1, Ordering::Relaxed);
+        let h = fnv1a(&[&now.as_millis().to_be_bytes(), &n.to_be_bytes()]);
+        format!("{h:016x}")
+    }
+
+    /// Answers one manifest request at time `now`.
+    pub fn handle(&self, request: &SteeringRequest, now: Timestamp) -> SteeringResponse {
+        if let Some(bucket) = &self.bucket {
+            let verdict = bucket.lock().unwrap_or_else(|e| e.into_inner()).take(now);
+            if let Err(wait) = verdict {
+                let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+                return SteeringResponse::error(
+                    429,
+                    "the steering server is overloaded; retry after the Retry-After delay",
+                    vec![("Retry-After".to_owned(), secs.to_string())],
+                );
+            }
+        }
+        let (measurements, rejected) = match parse_measurements(request, now) {
+            Ok(m) => (m, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        let session = request
+            .param("session")
+            .filter(|s| valid_session(s))
+            .map(str::to_owned)
+            .unwrap_or_else(|| self.mint_session(now));
+        let in_force = self.plan.get();
+        let (order, cohort, version) = match &in_force {
+            Some(p) => match cohort_for(&p.plan, &request.networks) {
+                Some(c) => (
+                    pathway_priority(&c.weights, Some(&session), c.cohort.as_str()),
+                    Some(c.cohort.clone()),
+                    p.version,
+                ),
+                None => (self.config.default_pathways.clone(), None, p.version),
+            },
+            None => (self.config.default_pathways.clone(), None, 0),
+        };
+        if order.is_empty() {
+            let retry = self.current_ttl().as_secs().max(1);
+            let mut r = SteeringResponse::error(
+                503,
+                "no steering plan is in force yet",
+                vec![("Retry-After".to_owned(), retry.to_string())],
+            );
+            r.measurements = measurements;
+            r.rejected = rejected;
+            return r;
+        }
+        let base = match request.protocol {
+            Protocol::Hls => &self.config.hls_reload_uri,
+            Protocol::Dash => &self.config.dash_reload_uri,
+        };
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let reload = format!("{base}{sep}session={session}&version={version}");
+        let manifest = SteeringManifest::new(
+            self.current_ttl().as_secs().max(1),
+            order.iter().map(|p| p.as_str().to_owned()).collect(),
+        )
+        .with_reload_uri(reload)
+        .with_clones(self.config.clones.clone());
+        let body = match manifest.to_json() {
+            Ok(b) => b,
+            Err(e) => return SteeringResponse::error(500, &e.to_string(), Vec::new()),
+        };
+        SteeringResponse {
+            status: 200,
+            headers: vec![
+                ("Content-Type".to_owned(), "application/json".to_owned()),
+                ("Cache-Control".to_owned(), "no-store".to_owned()),
+            ],
+            body,
+            manifest: Some(manifest),
+            session: Some(session),
+            cohort,
+            measurements,
+            rejected,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(q: &str) -> SteeringRequest {
+        SteeringRequest::from_query_string(Protocol::Hls, q, vec!["AS7922".parse().unwrap()])
+    }
+
+    #[test]
+    fn token_bucket_refills_with_the_time_it_is_given() {
+        let mut b = Bucket::new(RateLimit {
+            per_second: 2.0,
+            burst: 2,
+        });
+        let t = Timestamp::from_secs(100);
+        assert!(b.take(t).is_ok());
+        assert!(b.take(t).is_ok());
+        let wait = b.take(t).unwrap_err();
+        assert_eq!(wait, Duration::from_millis(500));
+        assert!(b.take(t + Duration::from_millis(500)).is_ok());
+        // A clock stepping back never adds tokens.
+        assert!(b.take(Timestamp::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn reads_paired_lists_and_tolerates_quotes() {
+        let r = SteeringRequest::from_query_string(
+            Protocol::Dash,
+            "_DASH_pathway=%22cdn-a%22,%22cdn-b%22&_DASH_throughput=5000000,1200000.4",
+            vec![],
+        );
+        let m = parse_measurements(&r, Timestamp::EPOCH).unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            (m[1].pathway.as_str(), m[1].throughput_bps),
+            ("cdn-b", 1_200_000)
+        );
+    }
+
+    #[test]
+    fn malformed_reports_are_errors_not_panics() {
+        let bad = [
+            "_HLS_pathway=cdn-a&_HLS_throughput=fast",
+            "_HLS_pathway=cdn-a&_HLS_throughput=-5",
+            "_HLS_pathway=cdn-a&_HLS_throughput=NaN",
+            "_HLS_pathway=cdn-a,cdn-b&_HLS_throughput=1",
+            "_HLS_pathway=&_HLS_throughput=1",
+            "_HLS_pathway=cdn%20a&_HLS_throughput=1",
+            "_HLS_pathway=a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a&_HLS_throughput=1",
+        ];
+        for q in bad {
+            assert!(
+                parse_measurements(&req(q), Timestamp::EPOCH).is_err(),
+                "{q}"
+            );
+        }
+        assert!(
+            parse_measurements(&req("_HLS_pathway=cdn-a"), Timestamp::EPOCH)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn measurements_carry_the_finest_network() {
+        let r = SteeringRequest::from_query_string(
+            Protocol::Hls,
+            "_HLS_pathway=cdn-a&_HLS_throughput=100",
+            vec!["DE".parse().unwrap(), "AS3320".parse().unwrap()],
+        );
+        let m = parse_measurements(&r, Timestamp::from_secs(5)).unwrap();
+        assert_eq!(m[0].network, Some(NetworkKey::Asn(3320)));
+        assert_eq!(m[0].at, Timestamp::from_secs(5));
+        assert_eq!(m[0].provider().unwrap().as_str(), "cdn-a");
+    }
+
+    #[test]
+    fn a_forged_session_is_replaced_by_a_fresh_one() {
+        let h = ContentSteering::new(
+            SteeringConfig::default().default_pathways(vec![ProviderId::new("a").unwrap()]),
+            SharedPlan::new(),
+        );
+        let r = h.handle(&req("session=../../etc"), Timestamp::EPOCH);
+        let s = r.session.unwrap();
+        assert!(valid_session(&s) && s != "../../etc");
+        let r = h.handle(&req("session=abc-1"), Timestamp::EPOCH);
+        assert_eq!(r.session.as_deref(), Some("abc-1"));
+    }
+}

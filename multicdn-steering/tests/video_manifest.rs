@@ -1,0 +1,323 @@
+//! The steering handler's public behaviour: manifests for HLS and DASH, players' reports,
+//! incident TTL, overload answers, and the CMSD header read back as a Structured Field.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use multicdn_core::{
+    ApplyOptions, CohortId, CohortPlan, NetworkKey, ProviderId, Steerer, SteeringPlan, Timestamp,
+    Weights,
+};
+use multicdn_steering::video::server::MeasurementError;
+use multicdn_steering::video::shedding::cmsd_dynamic;
+use multicdn_steering::video::{
+    ContentSteering, ContentSteeringSteerer, PathwayClone, Protocol, RateLimit, SharedPlan,
+    SteeringConfig, SteeringRequest, UriReplacement,
+};
+use serde_json::Value;
+
+fn p(s: &str) -> ProviderId {
+    ProviderId::new(s).unwrap()
+}
+
+fn t(s: u64) -> Timestamp {
+    Timestamp::from_secs(1_800_000_000 + s)
+}
+
+/// A cohort: its name, its networks, its split in basis points.
+type CohortSpec<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, u32)]);
+
+fn plan(cohorts: &[CohortSpec<'_>]) -> SteeringPlan {
+    SteeringPlan {
+        record: "video.example.com".into(),
+        ttl: Duration::from_secs(300),
+        cohorts: cohorts
+            .iter()
+            .map(|(id, nets, w)| CohortPlan {
+                cohort: CohortId::new(id).unwrap(),
+                networks: nets.iter().map(|n| n.parse().unwrap()).collect(),
+                weights: Weights::new(w.iter().map(|(p, bp)| (ProviderId::new(p).unwrap(), *bp)))
+                    .unwrap(),
+            })
+            .collect(),
+    }
+}
+
+async fn serving(
+    config: SteeringConfig,
+    pl: &SteeringPlan,
+) -> (ContentSteering, ContentSteeringSteerer) {
+    let shared = SharedPlan::new();
+    let steerer = ContentSteeringSteerer::new(p("content-steering"), shared.clone());
+    steerer.apply(pl, &ApplyOptions::default()).await.unwrap();
+    (ContentSteering::new(config, shared), steerer)
+}
+
+fn clones() -> Vec<PathwayClone> {
+    vec![PathwayClone {
+        base_id: "cdn-a".into(),
+        id: "cdn-c".into(),
+        uri_replacement: UriReplacement {
+            host: Some("c.example.com".into()),
+            params: [("token".to_owned(), "abc".to_owned())].into(),
+        },
+    }]
+}
+
+fn req(protocol: Protocol, query: &str, nets: &[&str]) -> SteeringRequest {
+    SteeringRequest::from_query_string(
+        protocol,
+        query,
+        nets.iter()
+            .map(|n| n.parse::<NetworkKey>().unwrap())
+            .collect(),
+    )
+}
+
+fn assert_manifest_types(body: &str, reload_path: &str) -> Value {
+    let v: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["VERSION"].as_u64(), Some(1));
+    assert!(v["TTL"].is_u64(), "TTL is an integer: {body}");
+    let reload = v["RELOAD-URI"].as_str().unwrap();
+    assert!(reload.starts_with(reload_path), "{reload}");
+    assert!(
+        reload.contains("session=") && reload.contains("version=1"),
+        "{reload}"
+    );
+    let order = v["PATHWAY-PRIORITY"].as_array().unwrap();
+    assert!(!order.is_empty() && order.iter().all(Value::is_string));
+    let clone = &v["PATHWAY-CLONES"][0];
+    assert_eq!(clone["BASE-ID"].as_str(), Some("cdn-a"));
+    assert_eq!(clone["ID"].as_str(), Some("cdn-c"));
+    assert_eq!(
+        clone["URI-REPLACEMENT"]["HOST"].as_str(),
+        Some("c.example.com")
+    );
+    assert!(clone["URI-REPLACEMENT"]["PARAMS"].is_object());
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 5, "{keys:?}");
+    v
+}
+
+#[tokio::test]
+async fn hls_manifest_carries_every_field_with_its_json_type() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 10_000), ("cdn-b", 0)])]);
+    let (h, _) = serving(SteeringConfig::default().clones(clones()), &pl).await;
+    let r = h.handle(&req(Protocol::Hls, "", &["AS7922"]), t(0));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v = assert_manifest_types(&r.body, "/hls.json?");
+    assert_eq!(v["TTL"], 300);
+    assert_eq!(v["PATHWAY-PRIORITY"], serde_json::json!(["cdn-a", "cdn-b"]));
+}
+
+#[tokio::test]
+async fn dash_manifest_has_the_same_shape_and_reads_dash_reports() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 10_000)])]);
+    let config = SteeringConfig::default().clones(clones()).reload_uris(
+        "https://steer.example.com/hls.json",
+        "https://steer.example.com/dash.json?asset=7",
+    );
+    let (h, _) = serving(config, &pl).await;
+    let q = "_DASH_pathway=cdn-a,cdn-b&_DASH_throughput=8000000,2500000&_HLS_pathway=x&_HLS_throughput=1";
+    let r = h.handle(&req(Protocol::Dash, q, &["DE"]), t(0));
+    assert_eq!(r.status, 200);
+    let v = assert_manifest_types(
+        &r.body,
+        "https://steer.example.com/dash.json?asset=7&session=",
+    );
+    assert_eq!(v["PATHWAY-PRIORITY"], serde_json::json!(["cdn-a"]));
+    let got: Vec<(&str, u64)> = r
+        .measurements
+        .iter()
+        .map(|m| (m.pathway.as_str(), m.throughput_bps))
+        .collect();
+    assert_eq!(got, vec![("cdn-a", 8_000_000), ("cdn-b", 2_500_000)]);
+    assert_eq!(r.measurements[0].network, Some("DE".parse().unwrap()));
+    assert_eq!(r.measurements[0].at, t(0));
+}
+
+#[tokio::test]
+async fn hls_reports_become_measurements_and_malformed_ones_errors() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 10_000)])]);
+    let (h, _) = serving(SteeringConfig::default(), &pl).await;
+    let r = h.handle(
+        &req(
+            Protocol::Hls,
+            "_HLS_pathway=cdn-b&_HLS_throughput=3100000",
+            &["AS7922"],
+        ),
+        t(5),
+    );
+    assert_eq!(r.measurements.len(), 1);
+    assert_eq!(r.measurements[0].provider(), Some(p("cdn-b")));
+    assert_eq!(r.measurements[0].network, Some(NetworkKey::Asn(7922)));
+    for (q, want) in [
+        (
+            "_HLS_pathway=cdn-a&_HLS_throughput=lots",
+            "not a non-negative number",
+        ),
+        (
+            "_HLS_pathway=cdn-a,cdn-b&_HLS_throughput=1",
+            "paired by position",
+        ),
+        ("_HLS_pathway=%3Cscript%3E&_HLS_throughput=1", "not valid"),
+        (
+            "_HLS_pathway=cdn-a&_HLS_throughput=1e400",
+            "not a non-negative number",
+        ),
+    ] {
+        let r = h.handle(&req(Protocol::Hls, q, &[]), t(5));
+        assert_eq!(r.status, 200, "a bad report never breaks the manifest");
+        let err: &MeasurementError = r.rejected.as_ref().unwrap();
+        assert!(err.to_string().contains(want), "{q}: {err}");
+        assert!(r.measurements.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn the_reload_uri_keeps_the_session_and_its_pathway_order() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 5_000), ("cdn-b", 5_000)])]);
+    let (h, steerer) = serving(SteeringConfig::default(), &pl).await;
+    let first = h.handle(&req(Protocol::Hls, "", &[]), t(0));
+    let reload = first.manifest.as_ref().unwrap().reload_uri.clone().unwrap();
+    let query = reload.split_once('?').unwrap().1;
+    let again = h.handle(&req(Protocol::Hls, query, &[]), t(300));
+    assert_eq!(again.session, first.session);
+    assert_eq!(
+        again.manifest.unwrap().pathway_priority,
+        first.manifest.unwrap().pathway_priority
+    );
+    // A new plan shows up as a new version in the next reload URI.
+    let moved = plan(&[("default", &["*"], &[("cdn-a", 2_000), ("cdn-b", 8_000)])]);
+    steerer
+        .apply(&moved, &ApplyOptions::default())
+        .await
+        .unwrap();
+    let next = h.handle(&req(Protocol::Hls, query, &[]), t(600));
+    assert!(
+        next.manifest
+            .unwrap()
+            .reload_uri
+            .unwrap()
+            .ends_with("&version=2")
+    );
+}
+
+#[tokio::test]
+async fn each_network_gets_its_cohort_and_split_cohorts_follow_their_weights() {
+    let pl = plan(&[
+        ("as7922", &["AS7922"], &[("cdn-a", 7_000), ("cdn-b", 3_000)]),
+        ("default", &["*"], &[("cdn-b", 10_000)]),
+    ]);
+    let (h, _) = serving(SteeringConfig::default(), &pl).await;
+    let other = h.handle(&req(Protocol::Hls, "", &["AS3320", "DE"]), t(0));
+    assert_eq!(other.cohort.unwrap().as_str(), "default");
+    assert_eq!(other.manifest.unwrap().pathway_priority, vec!["cdn-b"]);
+    let n = 4_000;
+    let mut a_first = 0;
+    for i in 0..n {
+        let r = h.handle(
+            &req(Protocol::Hls, &format!("session=s{i}"), &["AS7922", "US"]),
+            t(0),
+        );
+        assert_eq!(r.cohort.as_ref().unwrap().as_str(), "as7922");
+        let order = r.manifest.unwrap().pathway_priority;
+        assert_eq!(order.len(), 2, "both pathways stay listed for failover");
+        if order[0] == "cdn-a" {
+            a_first += 1;
+        }
+    }
+    let share = f64::from(a_first) / f64::from(n);
+    assert!(
+        (share - 0.7).abs() < 0.03,
+        "cdn-a leads {share} of sessions, want 0.7"
+    );
+}
+
+#[tokio::test]
+async fn an_incident_shortens_the_ttl_until_it_ends() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 10_000)])]);
+    let config = SteeringConfig::default()
+        .ttl(Duration::from_secs(300))
+        .incident_ttl(Duration::from_secs(30));
+    let (h, _) = serving(config, &pl).await;
+    let ttl = |h: &ContentSteering| {
+        h.handle(&req(Protocol::Hls, "", &[]), t(0))
+            .manifest
+            .unwrap()
+            .ttl
+    };
+    assert_eq!(ttl(&h), 300);
+    h.set_incident(true);
+    assert_eq!(ttl(&h), 30);
+    h.set_incident(false);
+    assert_eq!(ttl(&h), 300);
+}
+
+#[tokio::test]
+async fn overload_answers_429_with_retry_after_and_recovers() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 10_000)])]);
+    let config = SteeringConfig::default().rate_limit(RateLimit {
+        per_second: 0.5,
+        burst: 3,
+    });
+    let (h, _) = serving(config, &pl).await;
+    let r = |s| h.handle(&req(Protocol::Hls, "", &[]), t(s));
+    for _ in 0..3 {
+        assert_eq!(r(0).status, 200);
+    }
+    let limited = r(0);
+    assert_eq!(limited.status, 429);
+    assert_eq!(limited.header("Retry-After"), Some("2"));
+    assert!(limited.manifest.is_none());
+    assert!(serde_json::from_str::<Value>(&limited.body).unwrap()["error"].is_string());
+    assert_eq!(r(2).status, 200);
+}
+
+#[test]
+fn without_a_plan_it_serves_the_default_order_or_503() {
+    let h = ContentSteering::new(SteeringConfig::default(), SharedPlan::new());
+    let r = h.handle(&req(Protocol::Hls, "", &[]), t(0));
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("Retry-After"), Some("300"));
+    let h = ContentSteering::new(
+        SteeringConfig::default().default_pathways(vec![p("cdn-a"), p("cdn-b")]),
+        SharedPlan::new(),
+    );
+    let r = h.handle(&req(Protocol::Dash, "", &[]), t(0));
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains(r#""PATHWAY-PRIORITY":["cdn-a","cdn-b"]"#));
+    assert!(
+        r.manifest
+            .unwrap()
+            .reload_uri
+            .unwrap()
+            .ends_with("version=0")
+    );
+}
+
+#[test]
+fn cmsd_dynamic_parses_back_as_a_structured_field_list() {
+    let value = cmsd_dynamic("edge-sin-1", 5000).unwrap();
+    let list: sfv::List = sfv::Parser::new(&value).parse().unwrap();
+    assert_eq!(list.len(), 1);
+    let sfv::ListEntry::Item(item) = &list[0] else {
+        panic!("expected an item, got {:?}", list[0]);
+    };
+    assert_eq!(
+        item.bare_item.as_string().map(|s| s.as_str()),
+        Some("edge-sin-1")
+    );
+    let mb = item
+        .params
+        .get("mb")
+        .and_then(|v| v.as_integer())
+        .map(i64::from);
+    assert_eq!(mb, Some(5000));
+    assert_eq!(
+        item.params.get("du").and_then(|v| v.as_boolean()),
+        Some(true)
+    );
+}
