@@ -6,4 +6,9 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "cloudflare")]
+pub mod cloudflare;
+pub mod fanout;
+#[cfg(feature = "fastly")]
+pub mod fastly;
 pub mod http;

@@ -9,19 +9,21 @@
 //! `read` function that turns status, headers and body into a value or an error.
 
 mod base_url;
+mod pace;
+mod path;
 mod retry_after;
 
 use std::fmt;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use multicdn_core::{Clock, Error, ProviderId, SystemClock};
 use reqwest::{Method, RequestBuilder, StatusCode};
 
 pub use base_url::check_base_url;
+pub use pace::{DEFAULT_PACE_MARGIN, Pacer};
+pub use path::encode_segment;
 pub use retry_after::{parse_fastly_reset, parse_retry_after};
 
 /// Timeouts and retry settings.
@@ -100,20 +102,6 @@ impl RateLimit {
         }
         Duration::from_secs_f64(f64::from(beyond) / self.per_second)
     }
-
-    fn limiter(&self) -> DefaultDirectRateLimiter {
-        let per_second = if self.per_second.is_finite() && self.per_second > 0.0 {
-            self.per_second
-        } else {
-            1.0
-        };
-        let period = Duration::from_secs_f64(1.0 / per_second);
-        let burst = NonZeroU32::new(self.burst.max(1)).unwrap_or(NonZeroU32::MIN);
-        let quota = Quota::with_period(period)
-            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-            .allow_burst(burst);
-        RateLimiter::direct(quota)
-    }
 }
 
 /// What a vendor's answer was read as.
@@ -153,8 +141,7 @@ pub struct VendorHttp {
     base: url::Url,
     client: reqwest::Client,
     settings: HttpSettings,
-    limiter: Option<Arc<DefaultDirectRateLimiter>>,
-    limit: Option<RateLimit>,
+    pacer: Option<Pacer>,
     clock: Arc<dyn Clock>,
 }
 
@@ -164,7 +151,7 @@ impl fmt::Debug for VendorHttp {
             .field("provider", &self.provider)
             .field("base", &self.base.as_str())
             .field("settings", &self.settings)
-            .field("limit", &self.limit)
+            .field("pacer", &self.pacer)
             .finish()
     }
 }
@@ -192,16 +179,20 @@ impl VendorHttp {
             base,
             client,
             settings,
-            limiter: None,
-            limit: None,
+            pacer: None,
             clock: Arc::new(SystemClock),
         })
     }
 
     /// Paces every request through a client-side token bucket.
-    pub fn with_rate_limit(mut self, limit: RateLimit) -> VendorHttp {
-        self.limiter = Some(Arc::new(limit.limiter()));
-        self.limit = Some(limit);
+    pub fn with_rate_limit(self, limit: RateLimit) -> VendorHttp {
+        self.with_pacer(Pacer::new("client", limit))
+    }
+
+    /// Paces every request through `pacer`, which may be shared with other clients spending
+    /// the same vendor budget.
+    pub fn with_pacer(mut self, pacer: Pacer) -> VendorHttp {
+        self.pacer = Some(pacer);
         self
     }
 
@@ -218,7 +209,7 @@ impl VendorHttp {
 
     /// The rate limit in force, if any.
     pub fn rate_limit(&self) -> Option<RateLimit> {
-        self.limit
+        self.pacer.as_ref().map(Pacer::limit)
     }
 
     /// The settings.
@@ -246,6 +237,20 @@ impl VendorHttp {
         build: impl Fn() -> RequestBuilder,
         read: impl Fn(&Answer) -> ReadResult<T>,
     ) -> Result<Sent<T>, Error> {
+        self.send_paced(label, &[], build, read).await
+    }
+
+    /// [`VendorHttp::send`], also drawing `cost` tokens from each of `budgets` before every
+    /// attempt (a retry spends the vendor's budget as the first attempt did). Use it where a
+    /// vendor counts some requests against a budget of their own (Fastly counts each purged key;
+    /// Cloudflare's purge bucket is per plan).
+    pub async fn send_paced<T>(
+        &self,
+        label: &str,
+        budgets: &[(&Pacer, u32)],
+        build: impl Fn() -> RequestBuilder,
+        read: impl Fn(&Answer) -> ReadResult<T>,
+    ) -> Result<Sent<T>, Error> {
         let mut delays = ExponentialBuilder::default()
             .with_jitter()
             .with_min_delay(self.settings.min_backoff)
@@ -255,8 +260,11 @@ impl VendorHttp {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            if let Some(limiter) = &self.limiter {
-                limiter.until_ready().await;
+            if let Some(pacer) = &self.pacer {
+                pacer.acquire(1).await;
+            }
+            for (pacer, cost) in budgets {
+                pacer.acquire(*cost).await;
             }
             let outcome = match build().send().await {
                 Ok(response) => {

@@ -13,8 +13,7 @@ pub fn parse_retry_after(headers: &http::HeaderMap) -> Option<Duration> {
     }
     if let Ok(secs) = value.parse::<f64>()
         && secs.is_finite()
-        && secs >= 0.0
-        && secs < 1e9
+        && (0.0..1e9).contains(&secs)
     {
         return Some(Duration::from_secs_f64(secs));
     }

@@ -1,0 +1,396 @@
+//! Cloudflare: purge files (URLs), cache tags, hostnames, prefixes, or everything, with
+//! `POST /zones/{zone_id}/purge_cache`, one kind a request, at most 100 items a request (500
+//! URLs on Enterprise). Every answer's envelope is checked: a `200` with `success:false` is a
+//! failure carrying Cloudflare's codes and messages (see [`wire`](self) for how codes are
+//! classified). Cloudflare has no soft purge: a soft request is refused with
+//! [`Error::Unsupported`], nothing sent.
+//!
+//! Pacing follows [`CloudflareLimits`] for the zone's plan.
+
+mod limits;
+mod wire;
+
+use std::fmt;
+
+use async_trait::async_trait;
+use multicdn_core::policy::ProviderSpec;
+use multicdn_core::{
+    Capabilities, Error, Provider, ProviderId, ProviderKind, PurgeReceipt, PurgeRequest,
+    PurgeScope, Purger, Secret, Stopwatch,
+};
+use reqwest::Method;
+
+pub use limits::{CloudflareLimits, MAX_ITEMS_PER_REQUEST, MAX_URLS_PER_REQUEST_ENTERPRISE};
+
+use crate::fanout::batch::{Acked, dedupe, send_batches};
+use crate::fanout::{KindPacing, Pacing};
+use crate::http::{
+    Answer, HttpSettings, Pacer, Sent, VendorHttp, encode_segment, parse_retry_after,
+};
+
+/// Cloudflare's API.
+pub const DEFAULT_BASE_URL: &str = "https://api.cloudflare.com/client/v4";
+
+/// Requests one purge sends at once by default.
+const DEFAULT_IN_FLIGHT: usize = 4;
+
+/// A Cloudflare zone's purger and provider description.
+#[derive(Clone)]
+pub struct CloudflarePurger {
+    id: ProviderId,
+    edge_host: String,
+    zone_id: String,
+    token: Secret,
+    http: VendorHttp,
+    limits: CloudflareLimits,
+    purge: Pacer,
+    in_flight: usize,
+}
+
+impl fmt::Debug for CloudflarePurger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CloudflarePurger")
+            .field("id", &self.id)
+            .field("edge_host", &self.edge_host)
+            .field("zone_id", &self.zone_id)
+            .field("token", &self.token)
+            .field("http", &self.http)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl CloudflarePurger {
+    /// A purger for zone `zone_id` with `limits`, talking to `base_url` (HTTPS, or HTTP on
+    /// loopback).
+    pub fn new(
+        id: ProviderId,
+        edge_host: impl Into<String>,
+        zone_id: impl Into<String>,
+        token: Secret,
+        limits: CloudflareLimits,
+        base_url: &str,
+        settings: HttpSettings,
+    ) -> Result<CloudflarePurger, Error> {
+        let zone_id = zone_id.into();
+        if zone_id.is_empty() || !zone_id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(Error::InvalidRequest {
+                provider: id,
+                message: format!(
+                    "zone id {zone_id:?} is not a Cloudflare zone id (32 hex digits, like 023e105f4ecef8ad9ca31a8372d0c353)"
+                ),
+            });
+        }
+        let http = VendorHttp::new(id.clone(), base_url, settings)?
+            .with_pacer(Pacer::new("cloudflare-global", limits.global));
+        Ok(CloudflarePurger {
+            edge_host: edge_host.into(),
+            zone_id,
+            token,
+            http,
+            purge: Pacer::new("cloudflare-purge", limits.purge),
+            limits,
+            in_flight: DEFAULT_IN_FLIGHT,
+            id,
+        })
+    }
+
+    /// A purger from the policy's provider entry (`kind: cloudflare`, `zone_id`, `plan`,
+    /// `edge_host`), with `token`; `base_url` overrides Cloudflare's API address. The plan
+    /// (Pro when absent) sets the limits.
+    pub fn from_spec(
+        id: ProviderId,
+        spec: &ProviderSpec,
+        token: Secret,
+        base_url: Option<&str>,
+        settings: HttpSettings,
+    ) -> Result<CloudflarePurger, Error> {
+        if spec.kind != ProviderKind::Cloudflare {
+            return Err(Error::InvalidRequest {
+                message: format!("provider {id} is of kind {}, not cloudflare", spec.kind),
+                provider: id,
+            });
+        }
+        let Some(zone_id) = spec.zone_id.clone() else {
+            return Err(Error::InvalidRequest {
+                message: format!("providers.{id}.zone_id is required for a Cloudflare purger"),
+                provider: id,
+            });
+        };
+        let limits = CloudflareLimits::for_plan(spec.plan.unwrap_or_default());
+        CloudflarePurger::new(
+            id,
+            spec.edge_host.clone(),
+            zone_id,
+            token,
+            limits,
+            base_url.unwrap_or(DEFAULT_BASE_URL),
+            settings,
+        )
+    }
+
+    /// [`CloudflarePurger::from_spec`], reading the token from the variable `token_env` names.
+    pub fn from_spec_env(
+        id: ProviderId,
+        spec: &ProviderSpec,
+        base_url: Option<&str>,
+        settings: HttpSettings,
+    ) -> Result<CloudflarePurger, Error> {
+        let token = crate::fanout::token_from_env(&id, spec)?;
+        CloudflarePurger::from_spec(id, spec, token, base_url, settings)
+    }
+
+    /// Replaces the limits (fresh, full buckets).
+    pub fn with_limits(mut self, limits: CloudflareLimits) -> CloudflarePurger {
+        self.http = self
+            .http
+            .with_pacer(Pacer::new("cloudflare-global", limits.global));
+        self.purge = Pacer::new("cloudflare-purge", limits.purge);
+        self.limits = limits;
+        self
+    }
+
+    /// Shares the plan's purge bucket and the token's global budget with other purgers of the
+    /// same account and token (clones of one [`Pacer`] share a bucket).
+    pub fn with_shared_budgets(mut self, purge: Pacer, global: Pacer) -> CloudflarePurger {
+        self.limits.purge = purge.limit();
+        self.limits.global = global.limit();
+        self.http = self.http.with_pacer(global);
+        self.purge = purge;
+        self
+    }
+
+    /// Sets how many requests one purge sends at once (default 4).
+    pub fn with_in_flight(mut self, n: usize) -> CloudflarePurger {
+        self.in_flight = n.max(1);
+        self
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &CloudflareLimits {
+        &self.limits
+    }
+
+    /// The zone id.
+    pub fn zone_id(&self) -> &str {
+        &self.zone_id
+    }
+
+    /// What this purger can purge and how it is paced, for [`crate::fanout::PurgeFanout`].
+    pub fn pacing(&self) -> Pacing {
+        let b = self.limits.budgets();
+        let items = Some(KindPacing::new(self.limits.items_per_request, b.clone()));
+        Pacing::default()
+            .with_kind(
+                &PurgeScope::Urls(Vec::new()),
+                Some(KindPacing::new(self.limits.urls_per_request, b.clone())),
+            )
+            .with_kind(&PurgeScope::Tags(Vec::new()), items.clone())
+            .with_kind(&PurgeScope::Hosts(Vec::new()), items.clone())
+            .with_kind(&PurgeScope::Prefixes(Vec::new()), items)
+            .with_kind(&PurgeScope::Everything, Some(KindPacing::new(1, b)))
+            .with_soft(false, false)
+    }
+
+    fn invalid(&self, message: String) -> Error {
+        Error::InvalidRequest {
+            provider: self.id.clone(),
+            message,
+        }
+    }
+
+    /// Reads an answer into the purge id, or the error it means.
+    fn read(&self, label: &str, answer: &Answer) -> Result<Option<String>, Error> {
+        let envelope = wire::read_envelope(&answer.body);
+        if answer.status.is_success() {
+            let envelope = envelope.map_err(|message| Error::UnexpectedResponse {
+                provider: self.id.clone(),
+                request: label.to_owned(),
+                message,
+            })?;
+            if envelope.success {
+                return Ok(wire::purge_id(&envelope));
+            }
+            let f = wire::failure(&envelope.errors);
+            let status = answer.status.as_u16();
+            return Err(match f.class {
+                wire::Class::Auth => Error::Auth {
+                    provider: self.id.clone(),
+                    request: label.to_owned(),
+                    status,
+                    message: f.message,
+                },
+                class => Error::Vendor {
+                    provider: self.id.clone(),
+                    request: label.to_owned(),
+                    status,
+                    code: f.code,
+                    message: f.message,
+                    retryable: class == wire::Class::RateLimited,
+                    retry_after: parse_retry_after(&answer.headers),
+                },
+            });
+        }
+        let (class, code, message) = match envelope {
+            Ok(e) => {
+                let f = wire::failure(&e.errors);
+                (Some(f.class), f.code, f.message)
+            }
+            Err(_) => (None, None, answer.text().chars().take(300).collect()),
+        };
+        let err = self.http.status_error(label, answer, code, message);
+        Err(match (class, err) {
+            (
+                Some(wire::Class::RateLimited),
+                Error::Vendor {
+                    provider,
+                    request,
+                    status,
+                    code,
+                    message,
+                    retry_after,
+                    ..
+                },
+            ) => Error::Vendor {
+                provider,
+                request,
+                status,
+                code,
+                message,
+                retryable: true,
+                retry_after,
+            },
+            (_, err) => err,
+        })
+    }
+
+    /// Sends one purge request of one kind.
+    async fn send(
+        &self,
+        kind: &'static str,
+        items: Vec<String>,
+    ) -> Result<Sent<Vec<String>>, Error> {
+        let path = format!("/zones/{}/purge_cache", encode_segment(&self.zone_id));
+        let body = match kind {
+            "everything" => serde_json::json!({ "purge_everything": true }),
+            "urls" => serde_json::json!({ "files": items }),
+            other => {
+                let mut map = serde_json::Map::new();
+                map.insert(other.to_owned(), serde_json::json!(items));
+                serde_json::Value::Object(map)
+            }
+        };
+        let label = if kind == "everything" {
+            format!("POST {path} (everything)")
+        } else {
+            format!("POST {path} ({} {kind})", items.len())
+        };
+        self.http
+            .send_paced(
+                &label,
+                &[(&self.purge, 1)],
+                || {
+                    let mut auth =
+                        http::HeaderValue::from_str(&format!("Bearer {}", self.token.expose()))
+                            .unwrap_or_else(|_| http::HeaderValue::from_static(""));
+                    auth.set_sensitive(true);
+                    self.http
+                        .request(Method::POST, &path)
+                        .header("Authorization", auth)
+                        .json(&body)
+                },
+                |answer| Ok(self.read(&label, answer)?.into_iter().collect()),
+            )
+            .await
+    }
+
+    fn receipt(&self, items: usize, acked: Acked, watch: Stopwatch) -> PurgeReceipt {
+        PurgeReceipt::new(
+            self.id.clone(),
+            acked.ids,
+            items,
+            acked.requests,
+            acked.attempts,
+            watch.elapsed(),
+        )
+    }
+}
+
+/// Why `item` cannot be purged as `kind`, if it cannot.
+fn invalid_item(kind: &str, item: &str) -> Option<String> {
+    if item.trim().is_empty() {
+        return Some(format!("an empty item in a purge of {kind}"));
+    }
+    match kind {
+        "urls" => {
+            let ok = url::Url::parse(item)
+                .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+            (!ok).then(|| format!("{item:?} is not a full URL; write https://www.example.com/path"))
+        }
+        "hosts" => (item.contains('/') || item.contains(':')).then(|| {
+            format!("{item:?} is not a hostname; write www.example.com (no scheme, no path)")
+        }),
+        "prefixes" => item.contains("://").then(|| {
+            format!("prefix {item:?} has a scheme; write www.example.com/path (no scheme)")
+        }),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl Purger for CloudflarePurger {
+    fn provider(&self) -> &ProviderId {
+        &self.id
+    }
+
+    async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReceipt, Error> {
+        let watch = Stopwatch::start();
+        let pacing = self.pacing();
+        if let Err(feature) = pacing.check(request) {
+            return Err(Error::Unsupported {
+                provider: self.id.clone(),
+                feature: format!(
+                    "{feature} (Cloudflare always evicts; send the purge with soft = false)"
+                ),
+            });
+        }
+        let kind = request.scope.kind();
+        if matches!(request.scope, PurgeScope::Everything) {
+            let sent = self.send(kind, Vec::new()).await?;
+            let acked = Acked {
+                ids: sent.value,
+                requests: 1,
+                attempts: sent.attempts,
+            };
+            return Ok(self.receipt(0, acked, watch));
+        }
+        let items = dedupe(request.scope.items());
+        if let Some(why) = items.iter().find_map(|i| invalid_item(kind, i)) {
+            return Err(self.invalid(format!("{why}; nothing was purged")));
+        }
+        let per_request = pacing
+            .for_scope(&request.scope)
+            .map_or(MAX_ITEMS_PER_REQUEST, |k| k.per_request);
+        let batches: Vec<Vec<String>> = items.chunks(per_request).map(<[String]>::to_vec).collect();
+        let acked = send_batches(batches, self.in_flight, |batch| self.send(kind, batch)).await?;
+        Ok(self.receipt(items.len(), acked, watch))
+    }
+}
+
+impl Provider for CloudflarePurger {
+    fn id(&self) -> &ProviderId {
+        &self.id
+    }
+
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Cloudflare
+    }
+
+    fn edge_host(&self) -> &str {
+        &self.edge_host
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::all(self.limits.items_per_request, false)
+    }
+}

@@ -1,0 +1,82 @@
+//! Splitting a purge into vendor-sized requests and sending them a few at a time. Shared by
+//! the adapters; the pure parts are tested here.
+
+use std::collections::HashSet;
+use std::future::Future;
+
+use futures::{StreamExt, TryStreamExt};
+use multicdn_core::Error;
+
+use crate::http::Sent;
+
+/// The items, first occurrence kept, order preserved.
+pub(crate) fn dedupe(items: &[String]) -> Vec<String> {
+    let mut seen = HashSet::with_capacity(items.len());
+    items
+        .iter()
+        .filter(|i| seen.insert(i.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// What a batched purge acknowledged.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Acked {
+    /// The vendor's purge ids.
+    pub(crate) ids: Vec<String>,
+    /// Requests made.
+    pub(crate) requests: u32,
+    /// Attempts, retries included.
+    pub(crate) attempts: u32,
+}
+
+/// Sends `batches` through `send`, at most `in_flight` at once; the first failure fails the
+/// whole purge (the batches still in flight are abandoned).
+pub(crate) async fn send_batches<F, Fut>(
+    batches: Vec<Vec<String>>,
+    in_flight: usize,
+    send: F,
+) -> Result<Acked, Error>
+where
+    F: Fn(Vec<String>) -> Fut,
+    Fut: Future<Output = Result<Sent<Vec<String>>, Error>>,
+{
+    futures::stream::iter(batches)
+        .map(send)
+        .buffer_unordered(in_flight.max(1))
+        .try_fold(Acked::default(), |mut acked, sent| async move {
+            acked.ids.extend(sent.value);
+            acked.requests += 1;
+            acked.attempts += sent.attempts;
+            Ok(acked)
+        })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dedupe_keeps_the_first_of_each_in_order() {
+        let items: Vec<String> = ["b", "a", "b", "c", "a"].map(String::from).into();
+        assert_eq!(dedupe(&items), ["b", "a", "c"]);
+    }
+
+    #[tokio::test]
+    async fn send_batches_adds_up_ids_requests_and_attempts() {
+        let batches = vec![vec!["a".to_owned()], vec!["b".to_owned(), "c".to_owned()]];
+        let acked = send_batches(batches, 2, |b| async move {
+            Ok(Sent {
+                value: b,
+                attempts: 2,
+            })
+        })
+        .await
+        .unwrap();
+        let mut ids = acked.ids.clone();
+        ids.sort();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!((acked.requests, acked.attempts), (2, 4));
+    }
+}

@@ -1,0 +1,691 @@
+//! The purge fan-out: one purge sent to every provider in parallel, each batched and paced by
+//! its own limits, and a report of what each acknowledged and how long the slowest took (the
+//! staleness window the application can reason about).
+//!
+//! A purge that one provider missed is never a warning. If any provider still fails after its
+//! retries, [`PurgeFanout::purge`] returns [`FanoutError::Missed`] naming every provider that
+//! failed, its error and the items it missed (with the receipts of those that succeeded), and
+//! emits [`Event::PurgeMissed`] for each to the [`EventSink`], the signal the steering engine
+//! uses to demote a provider until it has been purged.
+//!
+//! A purge that some provider cannot do at all (purge by host on Fastly, a soft purge on
+//! Cloudflare) is refused before anything is sent to anyone ([`FanoutError::Refused`]): purging
+//! one provider but not another is the very thing this module exists to prevent.
+//!
+//! [`PurgeFanout::purge_queued`] is for large imports: thousands of tags fed through at the
+//! slowest provider's ceiling (every provider's budgets at once, so none is sent faster than
+//! it accepts), with a progress callback, rather than discovering the limit with 429s.
+
+pub(crate) mod batch;
+mod pacing;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::join_all;
+use multicdn_core::policy::ProviderSpec;
+use multicdn_core::{
+    Clock, Error, Event, ProviderId, PurgeReceipt, PurgeRequest, PurgeScope, Purger, Secret,
+    Stopwatch, SystemClock,
+};
+
+pub use pacing::{Budget, KindPacing, Pacing, Unit};
+
+use crate::http::Pacer;
+
+/// Chunks one provider sends at once in [`PurgeFanout::purge`] by default.
+const DEFAULT_IN_FLIGHT: usize = 4;
+/// Chunks in flight at once in [`PurgeFanout::purge_queued`] by default.
+const DEFAULT_QUEUE_IN_FLIGHT: usize = 8;
+
+/// Reads the token the provider entry's `token_env` names.
+pub(crate) fn token_from_env(id: &ProviderId, spec: &ProviderSpec) -> Result<Secret, Error> {
+    let Some(var) = spec.token_env.as_deref() else {
+        return Err(Error::InvalidRequest {
+            provider: id.clone(),
+            message: format!(
+                "providers.{id}.token_env is not set; name the environment variable holding the API token"
+            ),
+        });
+    };
+    Secret::from_env(var).ok_or_else(|| Error::InvalidRequest {
+        provider: id.clone(),
+        message: format!(
+            "the environment variable {var} (providers.{id}.token_env) is unset or empty"
+        ),
+    })
+}
+
+/// One provider in a fan-out: its purger and how it is batched and paced.
+#[derive(Clone)]
+pub struct FanoutMember {
+    purger: Arc<dyn Purger>,
+    pacing: Pacing,
+}
+
+impl fmt::Debug for FanoutMember {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FanoutMember")
+            .field("purger", &self.purger)
+            .field("pacing", &self.pacing)
+            .finish()
+    }
+}
+
+impl FanoutMember {
+    /// A member: `purger`, batched and paced as `pacing` says.
+    pub fn new(purger: Arc<dyn Purger>, pacing: Pacing) -> FanoutMember {
+        FanoutMember { purger, pacing }
+    }
+
+    /// A Fastly member, with the purger's own pacing.
+    #[cfg(feature = "fastly")]
+    pub fn fastly(purger: crate::fastly::FastlyPurger) -> FanoutMember {
+        let pacing = purger.pacing();
+        FanoutMember::new(Arc::new(purger), pacing)
+    }
+
+    /// A Cloudflare member, with the purger's own pacing.
+    #[cfg(feature = "cloudflare")]
+    pub fn cloudflare(purger: crate::cloudflare::CloudflarePurger) -> FanoutMember {
+        let pacing = purger.pacing();
+        FanoutMember::new(Arc::new(purger), pacing)
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &ProviderId {
+        self.purger.provider()
+    }
+
+    /// The pacing.
+    pub fn pacing(&self) -> &Pacing {
+        &self.pacing
+    }
+}
+
+/// Where [`Event::PurgeMissed`] goes: a callback, or a tokio channel the steering engine
+/// reads.
+#[derive(Clone)]
+pub struct EventSink(Arc<dyn Fn(Event) + Send + Sync>);
+
+impl fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EventSink")
+    }
+}
+
+impl EventSink {
+    /// Calls `f` with each event.
+    pub fn new(f: impl Fn(Event) + Send + Sync + 'static) -> EventSink {
+        EventSink(Arc::new(f))
+    }
+
+    /// Sends each event on `tx` (a closed channel drops it: the event is still in the error).
+    pub fn channel(tx: tokio::sync::mpsc::UnboundedSender<Event>) -> EventSink {
+        EventSink::new(move |e| {
+            if tx.send(e).is_err() {
+                tracing::warn!("purge event channel closed; the event is only in the error");
+            }
+        })
+    }
+
+    fn emit(&self, event: Event) {
+        (self.0)(event);
+    }
+}
+
+/// What every provider acknowledged.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct FanoutReport {
+    /// One receipt per provider: purge ids, items, requests, attempts, and the time from the
+    /// start of the fan-out to its last acknowledgement.
+    pub receipts: Vec<PurgeReceipt>,
+    /// The slowest acknowledgement: the window in which providers may disagree.
+    pub worst_acknowledged_in: Duration,
+    /// The provider that acknowledged last.
+    pub slowest: Option<ProviderId>,
+    /// Wall time of the whole call.
+    pub elapsed: Duration,
+    /// The least time the providers' documented limits allow for this purge (the slowest
+    /// provider's), from full buckets.
+    pub ideal: Duration,
+}
+
+/// One provider that missed (part of) a purge.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ProviderFailure {
+    /// The provider.
+    pub provider: ProviderId,
+    /// The purge kind (`tags`, `urls`, ...).
+    pub scope: String,
+    /// The items it did not acknowledge (empty for a purge of everything).
+    pub missed: Vec<String>,
+    /// The first error, after its retries.
+    pub error: Error,
+    /// What it did acknowledge, if anything.
+    pub acknowledged: Option<PurgeReceipt>,
+}
+
+/// A fan-out that did not purge everywhere.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FanoutError {
+    /// Nothing was sent: some provider cannot do this purge at all, or there are no providers.
+    #[error("purge refused, nothing was sent: {reason}")]
+    Refused {
+        /// Why, and what would be valid.
+        reason: String,
+        /// Each provider's refusal.
+        errors: Vec<Error>,
+    },
+    /// At least one provider missed the purge after its retries; it must be demoted until it
+    /// has been purged.
+    #[error("purge missed on {}", describe(.failures))]
+    Missed {
+        /// Every provider that failed.
+        failures: Vec<ProviderFailure>,
+        /// The providers that acknowledged everything.
+        receipts: Vec<PurgeReceipt>,
+        /// The events emitted (one [`Event::PurgeMissed`] per failed provider).
+        events: Vec<Event>,
+    },
+}
+
+impl FanoutError {
+    /// The providers that missed the purge (none when it was refused).
+    pub fn failed_providers(&self) -> Vec<&ProviderId> {
+        match self {
+            FanoutError::Missed { failures, .. } => failures.iter().map(|f| &f.provider).collect(),
+            FanoutError::Refused { .. } => Vec::new(),
+        }
+    }
+}
+
+fn describe(failures: &[ProviderFailure]) -> String {
+    failures
+        .iter()
+        .map(|f| {
+            let items = if f.missed.is_empty() {
+                f.scope.clone()
+            } else {
+                let shown: Vec<&str> = f.missed.iter().take(5).map(String::as_str).collect();
+                let more = f.missed.len().saturating_sub(shown.len());
+                let more = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{} {} ({}{more})",
+                    f.missed.len(),
+                    f.scope,
+                    shown.join(", ")
+                )
+            };
+            format!("{} missed {items}: {}", f.provider, f.error)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Progress of a queued purge, after each chunk every provider has answered.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct QueueProgress {
+    /// Chunks answered by every provider.
+    pub chunks_done: usize,
+    /// Chunks in all.
+    pub chunks_total: usize,
+    /// Items in the chunks answered.
+    pub items_done: usize,
+    /// Items in all.
+    pub items_total: usize,
+    /// Since the start.
+    pub elapsed: Duration,
+    /// The least time the limits allow for the whole purge.
+    pub ideal: Duration,
+    /// Providers that have failed so far (no longer sent chunks).
+    pub failed: Vec<ProviderId>,
+}
+
+/// Fans purges out to every provider.
+#[derive(Debug, Clone)]
+pub struct PurgeFanout {
+    members: Vec<FanoutMember>,
+    sink: Option<EventSink>,
+    clock: Arc<dyn Clock>,
+    in_flight: usize,
+    queue_in_flight: usize,
+}
+
+/// A chunk and its answer (`None`: not sent, the provider had already failed).
+type ChunkResult = (Vec<String>, Option<Result<PurgeReceipt, Error>>);
+
+/// What one provider did with its share of a purge.
+struct MemberOutcome {
+    provider: ProviderId,
+    ids: Vec<String>,
+    items: usize,
+    requests: u32,
+    attempts: u32,
+    last_ack: Option<Duration>,
+    missed: Vec<String>,
+    error: Option<Error>,
+    /// Queued mode only: the items acknowledged so far.
+    acked_items: HashSet<String>,
+}
+
+impl MemberOutcome {
+    fn new(provider: ProviderId) -> MemberOutcome {
+        MemberOutcome {
+            provider,
+            ids: Vec::new(),
+            items: 0,
+            requests: 0,
+            attempts: 0,
+            last_ack: None,
+            missed: Vec::new(),
+            error: None,
+            acked_items: HashSet::new(),
+        }
+    }
+
+    fn acked(&mut self, r: PurgeReceipt, at: Duration) {
+        self.ids.extend(r.purge_ids);
+        self.items += r.items;
+        self.requests += r.requests;
+        self.attempts += r.attempts;
+        self.last_ack = Some(self.last_ack.map_or(at, |l| l.max(at)));
+    }
+
+    fn receipt(&self) -> PurgeReceipt {
+        PurgeReceipt::new(
+            self.provider.clone(),
+            self.ids.clone(),
+            self.items,
+            self.requests,
+            self.attempts,
+            self.last_ack.unwrap_or_default(),
+        )
+    }
+}
+
+impl PurgeFanout {
+    /// A fan-out over `members`.
+    pub fn new(members: Vec<FanoutMember>) -> PurgeFanout {
+        PurgeFanout {
+            members,
+            sink: None,
+            clock: Arc::new(SystemClock),
+            in_flight: DEFAULT_IN_FLIGHT,
+            queue_in_flight: DEFAULT_QUEUE_IN_FLIGHT,
+        }
+    }
+
+    /// Delivers [`Event::PurgeMissed`] to `sink` as soon as a provider has failed.
+    pub fn with_events(mut self, sink: EventSink) -> PurgeFanout {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Stamps events with `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> PurgeFanout {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the requests one provider has in flight in [`PurgeFanout::purge`] (default 4).
+    pub fn with_in_flight(mut self, n: usize) -> PurgeFanout {
+        self.in_flight = n.max(1);
+        self
+    }
+
+    /// Sets the chunks in flight in [`PurgeFanout::purge_queued`] (default 8).
+    pub fn with_queue_in_flight(mut self, n: usize) -> PurgeFanout {
+        self.queue_in_flight = n.max(1);
+        self
+    }
+
+    /// The members.
+    pub fn members(&self) -> &[FanoutMember] {
+        &self.members
+    }
+
+    /// The least time each provider's documented limits allow for `request` (from full
+    /// buckets), slowest first.
+    pub fn ideal_times(&self, request: &PurgeRequest) -> Vec<(ProviderId, Duration)> {
+        let items = batch::dedupe(request.scope.items()).len();
+        let mut times: Vec<(ProviderId, Duration)> = self
+            .members
+            .iter()
+            .filter_map(|m| {
+                let k = m.pacing.for_scope(&request.scope)?;
+                Some((m.provider().clone(), k.ideal_time(items)))
+            })
+            .collect();
+        times.sort_by_key(|t| std::cmp::Reverse(t.1));
+        times
+    }
+
+    fn refuse_unsupported(&self, request: &PurgeRequest) -> Result<(), FanoutError> {
+        if self.members.is_empty() {
+            return Err(FanoutError::Refused {
+                reason: "the fan-out has no providers".to_owned(),
+                errors: Vec::new(),
+            });
+        }
+        let errors: Vec<Error> = self
+            .members
+            .iter()
+            .filter_map(|m| {
+                m.pacing
+                    .check(request)
+                    .err()
+                    .map(|feature| Error::Unsupported {
+                        provider: m.provider().clone(),
+                        feature,
+                    })
+            })
+            .collect();
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        Err(FanoutError::Refused {
+            reason: format!(
+                "{}; purge by tags or URLs (without soft) works on every provider",
+                names.join("; ")
+            ),
+            errors,
+        })
+    }
+
+    fn emit_missed(
+        &self,
+        provider: &ProviderId,
+        scope: &str,
+        items: Vec<String>,
+        error: &Error,
+    ) -> Event {
+        let event = Event::PurgeMissed {
+            provider: provider.clone(),
+            items,
+            scope: scope.to_owned(),
+            error: error.to_string(),
+            at: self.clock.now(),
+        };
+        tracing::error!(provider = %provider, scope, error = %error, "purge missed; the provider must be demoted");
+        if let Some(sink) = &self.sink {
+            sink.emit(event.clone());
+        }
+        event
+    }
+
+    /// The chunks a member sends for `request`.
+    fn chunks(member: &FanoutMember, request: &PurgeRequest) -> Vec<Vec<String>> {
+        if matches!(request.scope, PurgeScope::Everything) {
+            return vec![Vec::new()];
+        }
+        let per_request = member
+            .pacing
+            .for_scope(&request.scope)
+            .map_or(1, |k| k.per_request);
+        batch::dedupe(request.scope.items())
+            .chunks(per_request)
+            .map(<[String]>::to_vec)
+            .collect()
+    }
+
+    /// One member's share of [`PurgeFanout::purge`]: its chunks, a few at a time; after a
+    /// failure the chunks not yet sent are not sent (the provider is being demoted) and
+    /// count as missed.
+    async fn run_member(
+        &self,
+        member: &FanoutMember,
+        request: &PurgeRequest,
+        watch: Stopwatch,
+    ) -> (MemberOutcome, Option<Event>) {
+        let failed = AtomicBool::new(false);
+        let mut out = MemberOutcome::new(member.provider().clone());
+        let results: Vec<ChunkResult> = futures::stream::iter(Self::chunks(member, request))
+            .map(|chunk| {
+                let failed = &failed;
+                async move {
+                    if failed.load(Ordering::SeqCst) {
+                        return (chunk, None);
+                    }
+                    let part = PurgeRequest {
+                        scope: request.scope.with_items(chunk.clone()),
+                        soft: request.soft,
+                    };
+                    let r = member.purger.purge(&part).await;
+                    if r.is_err() {
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                    (chunk, Some(r))
+                }
+            })
+            .buffer_unordered(self.in_flight)
+            .collect()
+            .await;
+        for (chunk, result) in results {
+            match result {
+                Some(Ok(r)) => out.acked(r, watch.elapsed()),
+                Some(Err(e)) => {
+                    out.missed.extend(chunk);
+                    out.error.get_or_insert(e);
+                }
+                None => out.missed.extend(chunk),
+            }
+        }
+        let event = out
+            .error
+            .as_ref()
+            .map(|e| self.emit_missed(&out.provider, request.scope.kind(), out.missed.clone(), e));
+        (out, event)
+    }
+
+    /// Purges `request` on every provider in parallel, each batched and paced by its own
+    /// limits; returns once every provider has acknowledged or failed.
+    pub async fn purge(&self, request: &PurgeRequest) -> Result<FanoutReport, FanoutError> {
+        self.refuse_unsupported(request)?;
+        let watch = Stopwatch::start();
+        let outcomes = join_all(
+            self.members
+                .iter()
+                .map(|m| self.run_member(m, request, watch)),
+        )
+        .await;
+        self.finish(request, outcomes, watch)
+    }
+
+    fn finish(
+        &self,
+        request: &PurgeRequest,
+        outcomes: Vec<(MemberOutcome, Option<Event>)>,
+        watch: Stopwatch,
+    ) -> Result<FanoutReport, FanoutError> {
+        let mut receipts = Vec::new();
+        let mut failures = Vec::new();
+        let mut events = Vec::new();
+        for (out, event) in outcomes {
+            events.extend(event);
+            match out.error.clone() {
+                None => receipts.push(out.receipt()),
+                Some(error) => failures.push(ProviderFailure {
+                    provider: out.provider.clone(),
+                    scope: request.scope.kind().to_owned(),
+                    acknowledged: (out.requests > 0).then(|| out.receipt()),
+                    missed: out.missed,
+                    error,
+                }),
+            }
+        }
+        if !failures.is_empty() {
+            return Err(FanoutError::Missed {
+                failures,
+                receipts,
+                events,
+            });
+        }
+        let slowest = receipts
+            .iter()
+            .max_by_key(|r| r.acknowledged_in)
+            .map(|r| (r.provider.clone(), r.acknowledged_in));
+        Ok(FanoutReport {
+            worst_acknowledged_in: slowest.as_ref().map(|s| s.1).unwrap_or_default(),
+            slowest: slowest.map(|s| s.0),
+            receipts,
+            elapsed: watch.elapsed(),
+            ideal: self
+                .ideal_times(request)
+                .first()
+                .map(|t| t.1)
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Purges a large set of items (a catalogue import's tags) through a queue paced at the
+    /// slowest provider's ceiling: each chunk (the smallest batch any provider takes) is
+    /// released only when every provider's budgets can accept it, then sent to every provider
+    /// at once, so no provider runs ahead of another and none is sent a request it would
+    /// answer with 429. `progress` is called after each chunk every provider has answered.
+    ///
+    /// A provider that fails is sent no further chunks; its [`Event::PurgeMissed`] is
+    /// emitted at once, naming every item it had not acknowledged by then, and the error at
+    /// the end names exactly the items it missed. The other providers carry on.
+    pub async fn purge_queued(
+        &self,
+        request: &PurgeRequest,
+        mut progress: impl FnMut(&QueueProgress),
+    ) -> Result<FanoutReport, FanoutError> {
+        self.refuse_unsupported(request)?;
+        if matches!(request.scope, PurgeScope::Everything) {
+            return self.purge(request).await;
+        }
+        let watch = Stopwatch::start();
+        let items = batch::dedupe(request.scope.items());
+        let chunk_size = self
+            .members
+            .iter()
+            .filter_map(|m| m.pacing.for_scope(&request.scope))
+            .map(|k| k.per_request)
+            .min()
+            .unwrap_or(1);
+        let chunks: Vec<Vec<String>> = items.chunks(chunk_size).map(<[String]>::to_vec).collect();
+        let ideal = self
+            .ideal_times(request)
+            .first()
+            .map(|t| t.1)
+            .unwrap_or_default();
+        // The queue's own buckets: every budget of every provider, in chunk units.
+        let budgets: Vec<Budget> = self
+            .members
+            .iter()
+            .filter_map(|m| m.pacing.for_scope(&request.scope))
+            .flat_map(|k| k.budgets.iter().copied())
+            .collect();
+        let pacers: Vec<(Pacer, Budget)> = budgets
+            .iter()
+            .map(|b| (Pacer::new(b.name, b.limit), *b))
+            .collect();
+        let failed: Vec<AtomicBool> = self
+            .members
+            .iter()
+            .map(|_| AtomicBool::new(false))
+            .collect();
+        let mut outcomes: Vec<MemberOutcome> = self
+            .members
+            .iter()
+            .map(|m| MemberOutcome::new(m.provider().clone()))
+            .collect();
+        let mut events: Vec<Option<Event>> = self.members.iter().map(|_| None).collect();
+        let mut state = QueueProgress {
+            chunks_done: 0,
+            chunks_total: chunks.len(),
+            items_done: 0,
+            items_total: items.len(),
+            elapsed: Duration::ZERO,
+            ideal,
+            failed: Vec::new(),
+        };
+        let failed_ref = &failed;
+        let pacers_ref = &pacers;
+        let answered = futures::stream::iter(chunks)
+            .then(|chunk| async move {
+                for (pacer, budget) in pacers_ref {
+                    pacer.acquire(budget.cost(chunk.len())).await;
+                }
+                chunk
+            })
+            .map(|chunk| async move {
+                let part = PurgeRequest {
+                    scope: request.scope.with_items(chunk.clone()),
+                    soft: request.soft,
+                };
+                let results = join_all(self.members.iter().enumerate().map(|(i, m)| {
+                    let part = &part;
+                    async move {
+                        if failed_ref[i].load(Ordering::SeqCst) {
+                            None
+                        } else {
+                            Some(m.purger.purge(part).await)
+                        }
+                    }
+                }))
+                .await;
+                (chunk, results)
+            })
+            .buffer_unordered(self.queue_in_flight);
+        let mut answered = std::pin::pin!(answered);
+        while let Some((chunk, results)) = answered.next().await {
+            let at = watch.elapsed();
+            for (i, result) in results.into_iter().enumerate() {
+                let (Some(out), Some(flag)) = (outcomes.get_mut(i), failed.get(i)) else {
+                    continue;
+                };
+                match result {
+                    Some(Ok(r)) => {
+                        out.acked_items.extend(chunk.iter().cloned());
+                        out.acked(r, at);
+                    }
+                    Some(Err(e)) => {
+                        out.missed.extend(chunk.iter().cloned());
+                        if out.error.is_none() {
+                            flag.store(true, Ordering::SeqCst);
+                            state.failed.push(out.provider.clone());
+                            // Every item this provider has not acknowledged may be stale.
+                            let unacked: Vec<String> = items
+                                .iter()
+                                .filter(|item| !out.acked_items.contains(*item))
+                                .cloned()
+                                .collect();
+                            if let Some(slot) = events.get_mut(i) {
+                                *slot = Some(self.emit_missed(
+                                    &out.provider,
+                                    request.scope.kind(),
+                                    unacked,
+                                    &e,
+                                ));
+                            }
+                            out.error = Some(e);
+                        }
+                    }
+                    None => out.missed.extend(chunk.iter().cloned()),
+                }
+            }
+            state.chunks_done += 1;
+            state.items_done += chunk.len();
+            state.elapsed = watch.elapsed();
+            progress(&state);
+        }
+        let outcomes = outcomes.into_iter().zip(events).collect();
+        self.finish(request, outcomes, watch)
+    }
+}

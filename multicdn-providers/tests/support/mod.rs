@@ -1,0 +1,6 @@
+//! Loopback helpers shared by the integration tests. Each test crate uses a part of them.
+#![allow(dead_code, unreachable_pub)]
+
+pub mod limited;
+pub mod logs;
+pub mod vendors;
