@@ -7,8 +7,10 @@
 #![forbid(unsafe_code)]
 
 pub mod beacon;
+pub mod engine;
 pub mod error;
 pub mod ingest;
+pub mod journal;
 pub mod resolve;
 pub mod scoreboard;
 pub mod scorer;

@@ -1,0 +1,109 @@
+//! The engine's memory between rounds: explicit state, passed in and returned, so `decide`
+//! stays a pure function.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use multicdn_core::{CohortId, ProviderId, Timestamp, Weights};
+use serde::{Deserialize, Serialize};
+
+/// The hour the movement caps look back over.
+pub const HOUR: Duration = Duration::from_secs(3600);
+
+/// A cohort's last optimizing move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastMove {
+    /// When.
+    pub at: Timestamp,
+    /// The provider that lost traffic.
+    pub from: ProviderId,
+    /// The provider that gained it.
+    pub to: ProviderId,
+}
+
+/// What the engine remembers about one cohort.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CohortMemory {
+    /// The last optimizing move, for settling and hysteresis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_move: Option<LastMove>,
+    /// A move awaits its re-measurement once the cohort has settled.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remeasure_due: bool,
+    /// Optimizing moves in the last hour: when, and basis points.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<(Timestamp, u32)>,
+    /// The weights in force when a provider first went down (failover steps are shares of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_failover: Option<Weights>,
+    /// Where recovery returns the cohort once every provider is up again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovering_to: Option<Weights>,
+    /// The region whose static weights this cohort falls back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<CohortId>,
+}
+
+impl CohortMemory {
+    /// Basis points moved by optimizing rules in the hour before `now`.
+    pub fn moved_last_hour(&self, now: Timestamp) -> u32 {
+        self.recent
+            .iter()
+            .filter(|(at, _)| now.since(*at) < HOUR)
+            .map(|(_, bp)| *bp)
+            .sum()
+    }
+
+    pub(crate) fn prune(&mut self, now: Timestamp) {
+        self.recent.retain(|(at, _)| now.since(*at) < HOUR);
+    }
+
+    fn is_idle(&self) -> bool {
+        self.last_move.is_none()
+            && !self.remeasure_due
+            && self.recent.is_empty()
+            && self.before_failover.is_none()
+            && self.recovering_to.is_none()
+    }
+}
+
+/// The engine's whole memory.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct EngineState {
+    /// Per cohort.
+    pub cohorts: HashMap<CohortId, CohortMemory>,
+    /// Optimizing moves in the last hour, weighted by each cohort's traffic share, in basis
+    /// points of all traffic.
+    pub recent: VecDeque<(Timestamp, f64)>,
+}
+
+impl EngineState {
+    /// Fresh memory.
+    pub fn new() -> EngineState {
+        EngineState::default()
+    }
+
+    /// Share-weighted basis points moved in the hour before `now`.
+    pub fn moved_last_hour(&self, now: Timestamp) -> f64 {
+        self.recent
+            .iter()
+            .filter(|(at, _)| now.since(*at) < HOUR)
+            .map(|(_, bp)| *bp)
+            .sum()
+    }
+
+    pub(crate) fn prune(&mut self, now: Timestamp) {
+        while self
+            .recent
+            .front()
+            .is_some_and(|(at, _)| now.since(*at) >= HOUR)
+        {
+            self.recent.pop_front();
+        }
+        self.cohorts.retain(|_, m| {
+            m.prune(now);
+            !m.is_idle() || m.parent.is_some()
+        });
+    }
+}
