@@ -12,3 +12,8 @@ pub mod fanout;
 #[cfg(feature = "fastly")]
 pub mod fastly;
 pub mod http;
+pub mod memory;
+#[cfg(feature = "ns1")]
+pub mod ns1;
+#[cfg(feature = "route53")]
+pub mod route53;

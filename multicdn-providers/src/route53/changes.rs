@@ -1,0 +1,400 @@
+//! From the sets in force to the sets wanted: the changes, in a safe order, split into
+//! batches Route 53 accepts, and shown as a dry run. Pure: no I/O.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::layout::{GeoLocation, RecordSet, is_managed_name, normalise_name};
+
+/// Route 53 accepts at most this many `ResourceRecord` elements in one batch (an `UPSERT`'s
+/// count twice).
+pub const MAX_RECORDS_PER_BATCH: usize = 1_000;
+
+/// A change's action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    /// A set that does not exist yet.
+    Create,
+    /// A set that exists with other values.
+    Upsert,
+    /// A set no longer wanted; carries the set exactly as it stands.
+    Delete,
+}
+
+impl Action {
+    /// Route 53's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Create => "CREATE",
+            Action::Upsert => "UPSERT",
+            Action::Delete => "DELETE",
+        }
+    }
+}
+
+/// One change to one set, with what stood before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// What to do.
+    pub action: Action,
+    /// The set sent: the wanted one, or for a delete the one in force.
+    pub set: RecordSet,
+    /// The set in force before, if any.
+    pub before: Option<RecordSet>,
+}
+
+impl Change {
+    /// How many `ResourceRecord` elements Route 53 counts for this change.
+    pub fn record_count(&self) -> usize {
+        let n = self.set.values.len().max(1);
+        if self.action == Action::Upsert {
+            2 * n
+        } else {
+            n
+        }
+    }
+}
+
+/// What applying a plan would do to the record's sets: every set touched, with its weight
+/// (or target) before and after. Empty means nothing to do.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecordSetDiff {
+    /// The changes, in the order they are sent.
+    pub changes: Vec<Change>,
+    /// Managed sets in force before.
+    pub sets_before: usize,
+    /// Sets the plan and the state hold between them.
+    pub sets_total: usize,
+}
+
+impl RecordSetDiff {
+    /// True when nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// The share of the record's sets the change touches, 0.0 to 1.0.
+    pub fn touched_share(&self) -> f64 {
+        if self.sets_total == 0 {
+            0.0
+        } else {
+            self.changes.len() as f64 / self.sets_total as f64
+        }
+    }
+
+    /// The changes split into batches of at most [`MAX_RECORDS_PER_BATCH`] records, order
+    /// kept; one batch (applied atomically) whenever they fit.
+    pub fn batches(&self) -> Vec<&[Change]> {
+        split_batches(&self.changes, MAX_RECORDS_PER_BATCH)
+    }
+}
+
+/// Splits `changes` into runs of at most `max_records` records, keeping order.
+pub fn split_batches(changes: &[Change], max_records: usize) -> Vec<&[Change]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut count = 0;
+    for (i, c) in changes.iter().enumerate() {
+        let n = c.record_count();
+        if count + n > max_records && i > start {
+            out.push(&changes[start..i]);
+            start = i;
+            count = 0;
+        }
+        count += n;
+    }
+    if start < changes.len() {
+        out.push(&changes[start..]);
+    }
+    out
+}
+
+/// Where a change goes in the order: targets exist before what points at them, pointers go
+/// before their targets.
+fn rank(change: &Change, record: &str) -> u8 {
+    let at_record = normalise_name(&change.set.name) == record;
+    match (change.action, at_record, change.set.geo.is_some()) {
+        // Pools first, so every geolocation set's target exists when it lands.
+        (Action::Create | Action::Upsert, false, _) => 0,
+        // Sets at the name that are not ours (a plain weighted setup being replaced) go
+        // before the geolocation sets that cannot share the name with them.
+        (Action::Delete, true, false) => 1,
+        (Action::Create | Action::Upsert, true, _) => 2,
+        (Action::Delete, true, true) => 3,
+        (Action::Delete, false, _) => 4,
+    }
+}
+
+/// Compares the managed sets in force (`existing`: any listing of the zone; sets outside
+/// the record and its pools are ignored) with the sets wanted, and orders the changes.
+pub fn diff_sets(
+    record: &str,
+    existing: &[RecordSet],
+    desired: &[RecordSet],
+) -> Result<RecordSetDiff, String> {
+    let record = normalise_name(record);
+    let mut current: BTreeMap<(String, String, String), &RecordSet> = BTreeMap::new();
+    for set in existing
+        .iter()
+        .filter(|s| is_managed_name(&s.name, &record) && s.rtype == "CNAME")
+    {
+        let mut key = set.key();
+        key.0 = normalise_name(&key.0);
+        current.insert(key, set);
+    }
+    if let Some(foreign) = current
+        .values()
+        .find_map(|s| s.foreign.as_ref().map(|f| (s, f)))
+    {
+        return Err(format!(
+            "{} [{}] uses {} routing, which this layout does not manage: remove it before steering {record}",
+            foreign.0.name,
+            foreign.0.set_identifier.as_deref().unwrap_or("-"),
+            foreign.1
+        ));
+    }
+    let mut changes = Vec::new();
+    let mut wanted = std::collections::BTreeSet::new();
+    for set in desired {
+        let mut key = set.key();
+        key.0 = normalise_name(&key.0);
+        wanted.insert(key.clone());
+        match current.get(&key) {
+            None => changes.push(Change {
+                action: Action::Create,
+                set: set.clone(),
+                before: None,
+            }),
+            Some(before) if !before.same_content(set) => changes.push(Change {
+                action: Action::Upsert,
+                set: set.clone(),
+                before: Some((*before).clone()),
+            }),
+            Some(_) => {}
+        }
+    }
+    for (key, set) in &current {
+        if !wanted.contains(key) {
+            changes.push(Change {
+                action: Action::Delete,
+                set: (*set).clone(),
+                before: Some((*set).clone()),
+            });
+        }
+    }
+    changes.sort_by_key(|c| rank(c, &record));
+    let sets_total = wanted.len() + current.keys().filter(|k| !wanted.contains(*k)).count();
+    Ok(RecordSetDiff {
+        changes,
+        sets_before: current.len(),
+        sets_total,
+    })
+}
+
+fn describe(set: &RecordSet) -> String {
+    match (&set.weight, &set.geo) {
+        (Some(w), _) => format!("weight {w}"),
+        (None, Some(_)) | (None, None) => format!(
+            "-> {}",
+            set.values.first().map(String::as_str).unwrap_or("")
+        ),
+    }
+}
+
+fn geo_text(geo: &Option<GeoLocation>) -> String {
+    match geo {
+        Some(GeoLocation::Continent(c)) => format!(" continent {c}"),
+        Some(GeoLocation::Country(c)) => format!(" country {c}"),
+        Some(GeoLocation::Default) => " default".to_owned(),
+        Some(GeoLocation::Subdivision(c, s)) => format!(" subdivision {c}-{s}"),
+        None => String::new(),
+    }
+}
+
+impl fmt::Display for RecordSetDiff {
+    /// One line a set: `~ europe._steer.www.example.com [europe-fastly] weight 229 -> 178`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.changes.is_empty() {
+            return writeln!(f, "no changes");
+        }
+        for c in &self.changes {
+            let id = c.set.set_identifier.as_deref().unwrap_or("-");
+            let geo = geo_text(&c.set.geo);
+            match (c.action, &c.before) {
+                (Action::Create, _) => {
+                    writeln!(f, "+ {} [{id}]{geo} {}", c.set.name, describe(&c.set))?
+                }
+                (Action::Delete, _) => {
+                    writeln!(f, "- {} [{id}]{geo} {}", c.set.name, describe(&c.set))?
+                }
+                (Action::Upsert, Some(before)) => {
+                    let (b, a) = (describe(before), describe(&c.set));
+                    let after = a
+                        .strip_prefix("weight ")
+                        .or_else(|| a.strip_prefix("-> "))
+                        .unwrap_or(&a);
+                    if b == a {
+                        writeln!(
+                            f,
+                            "~ {} [{id}]{geo} {b} (ttl, value or health check)",
+                            c.set.name
+                        )?
+                    } else {
+                        writeln!(f, "~ {} [{id}]{geo} {b} -> {after}", c.set.name)?
+                    }
+                }
+                (Action::Upsert, None) => {
+                    writeln!(f, "~ {} [{id}]{geo} {}", c.set.name, describe(&c.set))?
+                }
+            }
+        }
+        writeln!(
+            f,
+            "{} of {} sets touched ({:.0}%)",
+            self.changes.len(),
+            self.sets_total,
+            self.touched_share() * 100.0
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::layout::{LayoutInputs, desired_sets};
+    use super::*;
+    use multicdn_core::{CohortId, CohortPlan, ProviderId, SteeringPlan, Weights};
+    use std::time::Duration;
+
+    fn p(s: &str) -> ProviderId {
+        ProviderId::new(s).unwrap()
+    }
+
+    fn inputs() -> LayoutInputs {
+        LayoutInputs {
+            zone: "example.com".into(),
+            edges: [
+                (p("fastly"), "f.example.net".to_owned()),
+                (p("cloudflare"), "c.example.net".to_owned()),
+            ]
+            .into(),
+            health_checks: BTreeMap::new(),
+        }
+    }
+
+    fn plan(eu_fastly: f64) -> SteeringPlan {
+        let w = |f: f64| {
+            Weights::from_percentages([(p("fastly"), f), (p("cloudflare"), 100.0 - f)]).unwrap()
+        };
+        SteeringPlan {
+            record: "www.example.com".into(),
+            ttl: Duration::from_secs(30),
+            cohorts: vec![
+                CohortPlan {
+                    cohort: CohortId::new("europe").unwrap(),
+                    networks: vec!["DE".parse().unwrap(), "FR".parse().unwrap()],
+                    weights: w(eu_fastly),
+                },
+                CohortPlan {
+                    cohort: CohortId::new("default").unwrap(),
+                    networks: vec!["*".parse().unwrap()],
+                    weights: w(50.0),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn from_nothing_pools_are_created_before_the_names_pointing_at_them() {
+        let desired = desired_sets(&plan(90.0), &inputs()).unwrap();
+        let diff = diff_sets("www.example.com", &[], &desired).unwrap();
+        assert_eq!(diff.changes.len(), 7);
+        let first_geo = diff
+            .changes
+            .iter()
+            .position(|c| c.set.geo.is_some())
+            .unwrap();
+        assert!(
+            diff.changes[..first_geo]
+                .iter()
+                .all(|c| c.set.weight.is_some())
+        );
+        assert!(diff.changes.iter().all(|c| c.action == Action::Create));
+        assert_eq!(diff.batches().len(), 1);
+    }
+
+    #[test]
+    fn applying_the_same_plan_again_changes_nothing() {
+        let desired = desired_sets(&plan(90.0), &inputs()).unwrap();
+        let diff = diff_sets("www.example.com", &desired, &desired).unwrap();
+        assert!(diff.is_empty());
+        assert_eq!(diff.to_string(), "no changes\n");
+    }
+
+    #[test]
+    fn a_weight_change_upserts_only_that_cohorts_pool_and_shows_before_and_after() {
+        let before = desired_sets(&plan(90.0), &inputs()).unwrap();
+        let after = desired_sets(&plan(70.0), &inputs()).unwrap();
+        let diff = diff_sets("www.example.com", &before, &after).unwrap();
+        assert_eq!(diff.changes.len(), 2);
+        assert!(diff.changes.iter().all(|c| c.action == Action::Upsert));
+        let text = diff.to_string();
+        assert!(
+            text.contains("~ europe._steer.www.example.com [europe-fastly] weight 229 -> 178"),
+            "{text}"
+        );
+        assert!(text.contains("2 of 7 sets touched (29%)"), "{text}");
+    }
+
+    #[test]
+    fn removed_sets_are_deleted_exactly_as_they_stand_pointers_before_targets() {
+        let before = desired_sets(&plan(90.0), &inputs()).unwrap();
+        let mut smaller = plan(90.0);
+        smaller.cohorts.remove(0);
+        let after = desired_sets(&smaller, &inputs()).unwrap();
+        let diff = diff_sets("www.example.com", &before, &after).unwrap();
+        let deletes: Vec<&Change> = diff
+            .changes
+            .iter()
+            .filter(|c| c.action == Action::Delete)
+            .collect();
+        assert_eq!(deletes.len(), 4);
+        assert!(deletes[0].set.geo.is_some() && deletes[1].set.geo.is_some());
+        assert!(deletes[2].set.weight.is_some());
+        for d in deletes {
+            assert!(before.contains(&d.set));
+        }
+    }
+
+    #[test]
+    fn batches_split_at_a_thousand_records_counting_upserts_twice() {
+        let set = desired_sets(&plan(90.0), &inputs()).unwrap().remove(0);
+        let changes: Vec<Change> = (0..700)
+            .map(|_| Change {
+                action: Action::Upsert,
+                set: set.clone(),
+                before: None,
+            })
+            .collect();
+        let batches = split_batches(&changes, MAX_RECORDS_PER_BATCH);
+        assert_eq!(
+            batches.iter().map(|b| b.len()).collect::<Vec<_>>(),
+            vec![500, 200]
+        );
+        let creates: Vec<Change> = (0..1000)
+            .map(|_| Change {
+                action: Action::Create,
+                set: set.clone(),
+                before: None,
+            })
+            .collect();
+        assert_eq!(split_batches(&creates, MAX_RECORDS_PER_BATCH).len(), 1);
+    }
+
+    #[test]
+    fn foreign_routing_at_the_name_is_refused() {
+        let mut odd = desired_sets(&plan(90.0), &inputs()).unwrap();
+        odd[0].foreign = Some("Failover".into());
+        let e = diff_sets("www.example.com", &odd, &[]).unwrap_err();
+        assert!(e.contains("Failover"), "{e}");
+    }
+}

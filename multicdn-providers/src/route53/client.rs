@@ -1,0 +1,584 @@
+//! The Route 53 API client: SigV4-signed requests (`aws-sigv4`) through the shared vendor
+//! HTTP layer, XML in and out.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use aws_credential_types::Credentials;
+use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, sign};
+use aws_sigv4::sign::v4;
+use aws_smithy_runtime_api::client::identity::Identity;
+use multicdn_core::{Clock, Error, Observation, ProviderId, Secret, SystemClock};
+use reqwest::Method;
+
+use super::changes::Change;
+use super::health::{HealthCheckSpec, observation};
+use super::layout::{RecordSet, is_within, normalise_name};
+use super::xml::{self, ChangeInfo};
+use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp};
+
+/// Route 53's public endpoint.
+pub const DEFAULT_ENDPOINT: &str = "https://route53.amazonaws.com";
+
+/// Route 53 signs for this region whatever the zone.
+const SIGNING_REGION: &str = "us-east-1";
+
+/// The service name in the credential scope.
+const SIGNING_SERVICE: &str = "route53";
+
+/// The most pages one listing reads before giving up.
+const MAX_PAGES: usize = 10_000;
+
+/// AWS credentials: an access key id, its secret, and an optional session token. `Debug`
+/// shows only the key id's first four characters.
+#[derive(Clone)]
+pub struct AwsCredentials {
+    access_key_id: Secret,
+    secret_access_key: Secret,
+    session_token: Option<Secret>,
+}
+
+impl fmt::Debug for AwsCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let id: String = self.access_key_id.expose().chars().take(4).collect();
+        f.debug_struct("AwsCredentials")
+            .field("access_key_id", &format!("{id}…"))
+            .field("secret_access_key", &self.secret_access_key)
+            .field("session_token", &self.session_token)
+            .finish()
+    }
+}
+
+impl AwsCredentials {
+    /// Explicit credentials.
+    pub fn new(access_key_id: impl Into<String>, secret_access_key: Secret) -> AwsCredentials {
+        AwsCredentials {
+            access_key_id: Secret::new(access_key_id),
+            secret_access_key,
+            session_token: None,
+        }
+    }
+
+    /// Adds a session token (temporary credentials).
+    pub fn with_session_token(mut self, token: Secret) -> AwsCredentials {
+        self.session_token = Some(token);
+        self
+    }
+
+    /// The standard variables: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and, when set,
+    /// `AWS_SESSION_TOKEN`.
+    pub fn from_env() -> Result<AwsCredentials, Error> {
+        let missing = |var: &str| Error::InvalidRequest {
+            provider: provider_id(),
+            message: format!(
+                "{var} is not set: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or pass credentials explicitly"
+            ),
+        };
+        let id =
+            Secret::from_env("AWS_ACCESS_KEY_ID").ok_or_else(|| missing("AWS_ACCESS_KEY_ID"))?;
+        let secret = Secret::from_env("AWS_SECRET_ACCESS_KEY")
+            .ok_or_else(|| missing("AWS_SECRET_ACCESS_KEY"))?;
+        Ok(AwsCredentials {
+            access_key_id: id,
+            secret_access_key: secret,
+            session_token: Secret::from_env("AWS_SESSION_TOKEN"),
+        })
+    }
+
+    fn identity(&self) -> Identity {
+        Credentials::new(
+            self.access_key_id.expose(),
+            self.secret_access_key.expose(),
+            self.session_token.as_ref().map(|t| t.expose().to_owned()),
+            None,
+            "multicdn",
+        )
+        .into()
+    }
+}
+
+/// The provider id Route 53 errors carry.
+#[allow(clippy::expect_used)] // a constant that satisfies the id rules; covered by a test
+pub fn provider_id() -> ProviderId {
+    ProviderId::new("route53").expect("route53 is a valid provider id")
+}
+
+/// A hosted zone id without the `/hostedzone/` prefix.
+pub fn bare_zone_id(id: &str) -> &str {
+    id.trim_start_matches('/').trim_start_matches("hostedzone/")
+}
+
+/// Percent-encodes a query value (everything but unreserved characters), as SigV4 expects.
+fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The Route 53 API.
+#[derive(Clone)]
+pub struct Route53Client {
+    http: VendorHttp,
+    credentials: AwsCredentials,
+    clock: Arc<dyn Clock>,
+    page_size: u32,
+}
+
+impl fmt::Debug for Route53Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route53Client")
+            .field("http", &self.http)
+            .field("credentials", &self.credentials)
+            .field("page_size", &self.page_size)
+            .finish()
+    }
+}
+
+impl Route53Client {
+    /// A client for `endpoint` ([`DEFAULT_ENDPOINT`] in production; HTTP only on loopback).
+    pub fn new(
+        endpoint: &str,
+        credentials: AwsCredentials,
+        settings: HttpSettings,
+    ) -> Result<Route53Client, Error> {
+        Ok(Route53Client {
+            http: VendorHttp::new(provider_id(), endpoint, settings)?,
+            credentials,
+            clock: Arc::new(SystemClock),
+            page_size: 300,
+        })
+    }
+
+    /// Signs with times from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Route53Client {
+        self.http = self.http.with_clock(clock.clone());
+        self.clock = clock;
+        self
+    }
+
+    /// Sets how many record sets a listing asks for per page (Route 53's `maxitems`, 1–300).
+    pub fn with_page_size(mut self, n: u32) -> Route53Client {
+        self.page_size = n.clamp(1, 300);
+        self
+    }
+
+    fn sign(&self, method: &str, url: &str, body: &[u8]) -> Result<Vec<(String, String)>, String> {
+        let identity = self.credentials.identity();
+        let time = UNIX_EPOCH + Duration::from_millis(self.clock.now().as_millis());
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(SIGNING_REGION)
+            .name(SIGNING_SERVICE)
+            .time(time)
+            .settings(SigningSettings::default())
+            .build()
+            .map_err(|e| e.to_string())?
+            .into();
+        let request =
+            SignableRequest::new(method, url, std::iter::empty(), SignableBody::Bytes(body))
+                .map_err(|e| e.to_string())?;
+        let (instructions, _signature) = sign(request, &params)
+            .map_err(|e| e.to_string())?
+            .into_parts();
+        Ok(instructions
+            .headers()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect())
+    }
+
+    /// Sends one signed request; `read` turns a 2xx answer into a value.
+    async fn call<T>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+        read: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<T, Error> {
+        let label = format!("{method} {}", path.split('?').next().unwrap_or(path));
+        let url = self.http.url(path);
+        let body = body.unwrap_or_default();
+        // Sign once up front so a request that cannot be signed fails here, with nothing sent.
+        self.sign(method.as_str(), &url, body.as_bytes())
+            .map_err(|e| Error::InvalidRequest {
+                provider: provider_id(),
+                message: format!("{label} cannot be signed: {e}"),
+            })?;
+        let build = || {
+            let mut request = self.http.request(method.clone(), path);
+            // Signed again for every attempt, so the signature carries the attempt's time.
+            match self.sign(method.as_str(), &url, body.as_bytes()) {
+                Ok(headers) => {
+                    for (k, v) in headers {
+                        request = request.header(k, v);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(request = %label, error = %e, "signing failed; Route 53 will refuse the request")
+                }
+            }
+            if !body.is_empty() {
+                request = request
+                    .header("content-type", "application/xml")
+                    .body(body.clone());
+            }
+            request
+        };
+        let read_answer = |answer: &Answer| -> ReadResult<T> {
+            let text = answer.text();
+            if answer.status.is_success() {
+                return read(&text).map_err(|message| Error::UnexpectedResponse {
+                    provider: provider_id(),
+                    request: label.clone(),
+                    message,
+                });
+            }
+            Err(self.error(&label, answer, &text))
+        };
+        Ok(self.http.send(&label, build, read_answer).await?.value)
+    }
+
+    /// Route 53's error answer as an error: its code and every message; `Throttling` and
+    /// `PriorRequestNotComplete` (HTTP 400) are marked retryable.
+    fn error(&self, label: &str, answer: &Answer, text: &str) -> Error {
+        let parsed = xml::parse_error(text);
+        let message = if parsed.messages.is_empty() {
+            let mut t: String = text.chars().take(300).collect();
+            if t.is_empty() {
+                t = format!("HTTP {}", answer.status.as_u16());
+            }
+            t
+        } else {
+            parsed.messages.join("; ")
+        };
+        let throttled = matches!(
+            parsed.code.as_deref(),
+            Some("Throttling" | "PriorRequestNotComplete")
+        );
+        match self.http.status_error(label, answer, parsed.code, message) {
+            Error::Vendor {
+                provider,
+                request,
+                status,
+                code,
+                message,
+                retryable,
+                retry_after,
+            } => Error::Vendor {
+                provider,
+                request,
+                status,
+                code,
+                message,
+                retryable: retryable || throttled,
+                retry_after,
+            },
+            other => other,
+        }
+    }
+
+    /// The record sets at `record` and every name under it, read page by page. A server that
+    /// hands back the page it was asked past is an error, never a loop.
+    pub async fn list_record_sets(
+        &self,
+        zone_id: &str,
+        record: &str,
+    ) -> Result<Vec<RecordSet>, Error> {
+        let zone = bare_zone_id(zone_id);
+        let record = normalise_name(record);
+        let mut out = Vec::new();
+        let mut start = (format!("{record}."), None::<String>, None::<String>);
+        let mut asked: HashSet<(String, Option<String>, Option<String>)> = HashSet::new();
+        for _ in 0..MAX_PAGES {
+            asked.insert(start.clone());
+            let mut path = format!(
+                "/2013-04-01/hostedzone/{zone}/rrset?maxitems={}&name={}",
+                self.page_size,
+                encode(&start.0)
+            );
+            if let Some(t) = &start.1 {
+                path.push_str(&format!("&type={}", encode(t)));
+            }
+            if let Some(i) = &start.2 {
+                path.push_str(&format!("&identifier={}", encode(i)));
+            }
+            let page: xml::ListRecordSetsResponse = self
+                .call(Method::GET, &path, None, |b| {
+                    xml::parse(b, "ListResourceRecordSetsResponse")
+                })
+                .await?;
+            let mut past = false;
+            for raw in page.resource_record_sets.items {
+                let set = raw.into_set();
+                if !is_within(&set.name, &record) {
+                    past = true;
+                    break;
+                }
+                out.push(set);
+            }
+            if past || !page.is_truncated {
+                return Ok(out);
+            }
+            let Some(name) = page.next_record_name else {
+                return Err(self.unexpected(
+                    "GET rrset",
+                    "IsTruncated is true but NextRecordName is missing",
+                ));
+            };
+            let next = (name, page.next_record_type, page.next_record_identifier);
+            if asked.contains(&next) {
+                return Err(self.unexpected(
+                    "GET rrset",
+                    &format!(
+                        "the listing repeated a page (next record {} {} {}): stopping rather than looping",
+                        next.0,
+                        next.1.as_deref().unwrap_or("-"),
+                        next.2.as_deref().unwrap_or("-")
+                    ),
+                ));
+            }
+            start = next;
+        }
+        Err(self.unexpected("GET rrset", &format!("more than {MAX_PAGES} pages")))
+    }
+
+    fn unexpected(&self, request: &str, message: &str) -> Error {
+        Error::UnexpectedResponse {
+            provider: provider_id(),
+            request: request.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// Sends one change batch (applied completely or not at all).
+    pub async fn change_record_sets(
+        &self,
+        zone_id: &str,
+        comment: &str,
+        changes: &[Change],
+    ) -> Result<ChangeInfo, Error> {
+        let zone = bare_zone_id(zone_id);
+        let body = xml::change_batch(comment, changes);
+        let r: xml::ChangeInfoResponse = self
+            .call(
+                Method::POST,
+                &format!("/2013-04-01/hostedzone/{zone}/rrset/"),
+                Some(body),
+                |b| xml::parse(b, "ChangeResourceRecordSetsResponse"),
+            )
+            .await?;
+        Ok(r.change_info)
+    }
+
+    /// A change's status (`PENDING`, `INSYNC`).
+    pub async fn get_change(&self, change_id: &str) -> Result<ChangeInfo, Error> {
+        let id = change_id
+            .trim_start_matches('/')
+            .trim_start_matches("change/");
+        let r: xml::ChangeInfoResponse = self
+            .call(
+                Method::GET,
+                &format!("/2013-04-01/change/{id}"),
+                None,
+                |b| xml::parse(b, "GetChangeResponse"),
+            )
+            .await?;
+        Ok(r.change_info)
+    }
+
+    /// Polls a change every `poll` until it is `INSYNC`, for at most `timeout`.
+    pub async fn wait_in_sync(
+        &self,
+        change_id: &str,
+        timeout: Duration,
+        poll: Duration,
+    ) -> Result<ChangeInfo, Error> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let info = self.get_change(change_id).await?;
+            if info.status == "INSYNC" {
+                return Ok(info);
+            }
+            if waited >= timeout {
+                return Err(Error::Timeout {
+                    provider: provider_id(),
+                    request: format!(
+                        "GET /2013-04-01/change/{change_id} (waiting for INSYNC, still {})",
+                        info.status
+                    ),
+                    after: timeout,
+                });
+            }
+            let step = poll.max(Duration::from_millis(1));
+            tokio::time::sleep(step).await;
+            waited += step;
+        }
+    }
+
+    /// Creates a public hosted zone and returns its id (without `/hostedzone/`).
+    pub async fn create_hosted_zone(
+        &self,
+        name: &str,
+        caller_reference: &str,
+    ) -> Result<String, Error> {
+        let body = xml::create_hosted_zone(name, caller_reference);
+        let r: xml::CreateHostedZoneResponse = self
+            .call(Method::POST, "/2013-04-01/hostedzone", Some(body), |b| {
+                xml::parse(b, "CreateHostedZoneResponse")
+            })
+            .await?;
+        Ok(bare_zone_id(&r.hosted_zone.id).to_owned())
+    }
+
+    /// Every health check: id and caller reference.
+    pub async fn list_health_checks(&self) -> Result<Vec<(String, String)>, Error> {
+        let mut out = Vec::new();
+        let mut marker: Option<String> = None;
+        let mut asked: HashSet<Option<String>> = HashSet::new();
+        for _ in 0..MAX_PAGES {
+            asked.insert(marker.clone());
+            let path = match &marker {
+                Some(m) => format!("/2013-04-01/healthcheck?maxitems=100&marker={}", encode(m)),
+                None => "/2013-04-01/healthcheck?maxitems=100".to_owned(),
+            };
+            let page: xml::ListHealthChecksResponse = self
+                .call(Method::GET, &path, None, |b| {
+                    xml::parse(b, "ListHealthChecksResponse")
+                })
+                .await?;
+            out.extend(
+                page.health_checks
+                    .items
+                    .into_iter()
+                    .map(|h| (h.id, h.caller_reference)),
+            );
+            if !page.is_truncated {
+                return Ok(out);
+            }
+            let next = page.next_marker;
+            if next.is_none() || asked.contains(&next) {
+                return Err(self.unexpected(
+                    "GET healthcheck",
+                    "the listing repeated a page or gave no NextMarker",
+                ));
+            }
+            marker = next;
+        }
+        Err(self.unexpected("GET healthcheck", &format!("more than {MAX_PAGES} pages")))
+    }
+
+    /// Creates one health check and returns its id.
+    pub async fn create_health_check(&self, spec: &HealthCheckSpec) -> Result<String, Error> {
+        let body = xml::create_health_check(spec);
+        let r: xml::HealthCheckResponse = self
+            .call(Method::POST, "/2013-04-01/healthcheck", Some(body), |b| {
+                xml::parse(b, "CreateHealthCheckResponse")
+            })
+            .await?;
+        Ok(r.health_check.id)
+    }
+
+    /// Makes sure every spec has a health check and returns their ids by provider. A check
+    /// whose caller reference already exists is reused, so provisioning twice creates once.
+    pub async fn provision_health_checks(
+        &self,
+        specs: &[HealthCheckSpec],
+    ) -> Result<BTreeMap<ProviderId, String>, Error> {
+        let mut existing: BTreeMap<String, String> = self
+            .list_health_checks()
+            .await?
+            .into_iter()
+            .map(|(id, r)| (r, id))
+            .collect();
+        let mut out = BTreeMap::new();
+        for spec in specs {
+            let reference = spec.caller_reference();
+            if let Some(id) = existing.get(&reference) {
+                out.insert(spec.provider.clone(), id.clone());
+                continue;
+            }
+            let id = match self.create_health_check(spec).await {
+                Ok(id) => id,
+                Err(Error::Vendor {
+                    code: Some(code), ..
+                }) if code == "HealthCheckAlreadyExists" => {
+                    existing = self
+                        .list_health_checks()
+                        .await?
+                        .into_iter()
+                        .map(|(id, r)| (r, id))
+                        .collect();
+                    existing.get(&reference).cloned().ok_or_else(|| Error::InvalidRequest {
+                        provider: provider_id(),
+                        message: format!(
+                            "a health check with caller reference {reference} existed and was deleted; Route 53 never reuses a reference: change the check's configuration or create it by hand"
+                        ),
+                    })?
+                }
+                Err(e) => return Err(e),
+            };
+            existing.insert(reference, id.clone());
+            out.insert(spec.provider.clone(), id);
+        }
+        Ok(out)
+    }
+
+    /// Each checker's latest report on each provider's check, as observations for the health
+    /// quorum (one per checker region; the runner is `route53-<region>`).
+    pub async fn health_observations(
+        &self,
+        checks: &BTreeMap<ProviderId, String>,
+        expected: &str,
+    ) -> Result<Vec<Observation>, Error> {
+        let now = self.clock.now();
+        let mut out = Vec::new();
+        for (provider, id) in checks {
+            let r: xml::HealthCheckStatusResponse = self
+                .call(
+                    Method::GET,
+                    &format!("/2013-04-01/healthcheck/{id}/status"),
+                    None,
+                    |b| xml::parse(b, "GetHealthCheckStatusResponse"),
+                )
+                .await?;
+            out.extend(
+                r.health_check_observations
+                    .items
+                    .iter()
+                    .filter_map(|raw| observation(provider, expected, raw, now)),
+            );
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_never_print_their_secret() {
+        let c = AwsCredentials::new("AKIAEXAMPLEKEY", Secret::new("s3cr3t"))
+            .with_session_token(Secret::new("tok"));
+        let s = format!("{c:?}");
+        assert!(
+            !s.contains("s3cr3t") && !s.contains("tok\"") && !s.contains("EXAMPLEKEY"),
+            "{s}"
+        );
+        assert!(s.contains("AKIA"));
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded_for_signing() {
+        assert_eq!(encode("www.example.com."), "www.example.com.");
+        assert_eq!(encode("a b*c/"), "a%20b%2Ac%2F");
+        assert_eq!(bare_zone_id("/hostedzone/Z123"), "Z123");
+    }
+}
