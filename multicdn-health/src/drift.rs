@@ -209,15 +209,16 @@ impl DriftChecker {
 
     /// Fetches every path through every edge and compares each edge with the baseline.
     pub async fn check<S: AsRef<str>>(&self, paths: &[S]) -> DriftReport {
-        let jobs = paths.iter().enumerate().flat_map(|(pi, p)| {
-            self.edges
-                .iter()
-                .enumerate()
-                .map(move |(ei, e)| (pi, p.as_ref(), ei, e))
-        });
+        // A plain list of futures (no closures in the stream's type) keeps this `Send`.
+        let mut fetches = Vec::with_capacity(paths.len() * self.edges.len());
+        for (pi, path) in paths.iter().enumerate() {
+            for (ei, edge) in self.edges.iter().enumerate() {
+                let path = path.as_ref();
+                fetches.push(async move { ((pi, ei), self.fetch(edge, path).await) });
+            }
+        }
         let mut answers: BTreeMap<(usize, usize), Result<Answer, FailReason>> =
-            futures::stream::iter(jobs)
-                .map(|(pi, path, ei, edge)| async move { ((pi, ei), self.fetch(edge, path).await) })
+            futures::stream::iter(fetches)
                 .buffer_unordered(self.concurrency)
                 .collect()
                 .await;

@@ -63,19 +63,20 @@ pub(crate) fn classify(err: &reqwest::Error) -> FailReason {
 }
 
 /// The rustls error somewhere in the chain, if the failure was in the TLS layer. rustls errors
-/// travel inside `std::io::Error`s, whose `source()` skips them, so each io error is opened.
+/// travel inside (possibly nested) `std::io::Error`s, whose `source()` skips the error they
+/// wrap, so each io error is opened with `get_ref`.
 fn tls_cause(err: &reqwest::Error) -> Option<&rustls::Error> {
     let mut next: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = next {
-        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return Some(tls);
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && let Some(tls) = io
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(tls);
+        let mut inner: Option<&(dyn StdError + 'static)> = Some(e);
+        while let Some(i) = inner {
+            if let Some(tls) = i.downcast_ref::<rustls::Error>() {
+                return Some(tls);
+            }
+            inner = i
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|b| b as &(dyn StdError + 'static));
         }
         next = e.source();
     }

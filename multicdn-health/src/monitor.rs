@@ -151,13 +151,15 @@ impl Monitor {
     /// round concludes at the clock's `now` and the verdicts are published.
     pub async fn round_once(&self) -> RoundReport {
         let inner = &self.inner;
-        let jobs = inner
-            .runners
-            .iter()
-            .flat_map(|r| inner.targets.iter().map(move |t| (r, t)));
-        let mut results = futures::stream::iter(jobs)
-            .map(|(runner, target)| async move { (target, runner.check(target).await) })
-            .buffer_unordered(inner.concurrency);
+        // The probes as a plain list of futures (no closures in the stream's type), so the
+        // round, and `run`, stay `Send` for any embedder's `tokio::spawn`.
+        let mut probes = Vec::with_capacity(inner.runners.len() * inner.targets.len());
+        for runner in &inner.runners {
+            for target in &inner.targets {
+                probes.push(async move { (target, runner.check(target).await) });
+            }
+        }
+        let mut results = futures::stream::iter(probes).buffer_unordered(inner.concurrency);
 
         let mut observed = 0;
         let mut failed = 0;

@@ -8,7 +8,6 @@
 //! warming through a broken edge floods the origin. Progress goes to a callback so a program
 //! can draw a progress bar.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -181,16 +180,16 @@ impl Warmer {
                 });
                 continue;
             }
-            let pacer = self.rate_per_second.map(Pacer::new).map(Arc::new);
+            let pacer = self.rate_per_second.map(Pacer::new);
             let total = paths.len();
             let mut times = Vec::with_capacity(total);
             let (mut non_2xx, mut failed) = (0, 0);
-            let mut results = futures::stream::iter(paths.iter())
-                .map(|p| {
-                    let pacer = pacer.clone();
-                    async move { self.warm_one(edge, p.as_ref(), pacer.as_deref()).await }
-                })
-                .buffer_unordered(self.concurrency);
+            // A plain list of futures (no closures in the stream's type) keeps this `Send`.
+            let requests: Vec<_> = paths
+                .iter()
+                .map(|p| self.warm_one(edge, p.as_ref(), pacer.as_ref()))
+                .collect();
+            let mut results = futures::stream::iter(requests).buffer_unordered(self.concurrency);
             while let Some((took, status)) = results.next().await {
                 times.push(took);
                 match status {
