@@ -12,6 +12,7 @@ pub mod fanout;
 #[cfg(feature = "fastly")]
 pub mod fastly;
 pub mod http;
+pub mod render;
 pub mod memory;
 #[cfg(feature = "ns1")]
 pub mod ns1;
