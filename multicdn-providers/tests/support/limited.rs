@@ -168,6 +168,12 @@ impl LimitedServer {
     }
 }
 
+/// The wait as `Retry-After` seconds, fractional (real vendors send whole seconds; the
+/// client reads both).
+fn retry_after(wait: Duration) -> String {
+    format!("{:.3}", wait.as_secs_f64())
+}
+
 fn fastly_authorised(headers: &HeaderMap) -> bool {
     headers.get("fastly-key").is_some_and(|v| !v.is_empty())
 }
@@ -179,12 +185,11 @@ fn fastly_limited(s: &Shared, bucket: &Mutex<Bucket>, cost: f64) -> Option<Respo
         Err(wait) => {
             s.stats.fastly_429.fetch_add(1, Ordering::SeqCst);
             // Fastly-RateLimit-Reset is epoch seconds; this server's epoch is its start, so it
-            // sends the seconds to wait as Retry-After instead, rounded up.
-            let secs = wait.as_secs_f64().ceil() as u64;
+            // sends the wait as Retry-After instead (fractional, to keep tests fast).
             Some(
                 (
                     StatusCode::TOO_MANY_REQUESTS,
-                    [("retry-after", secs.to_string())],
+                    [("retry-after", retry_after(wait))],
                     Json(json!({"msg": "Too many requests", "detail": "rate limit"})),
                 )
                     .into_response(),
@@ -310,8 +315,9 @@ async fn cloudflare_purge(
             971,
             "Please wait and consider throttling your request speed",
         );
-        let secs = wait.as_secs_f64().ceil() as u64;
-        r.headers_mut().insert("retry-after", secs.into());
+        if let Ok(v) = retry_after(wait).parse() {
+            r.headers_mut().insert("retry-after", v);
+        }
         return r;
     }
     let items = ["files", "tags", "hosts", "prefixes"]

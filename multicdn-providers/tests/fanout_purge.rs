@@ -1,0 +1,374 @@
+//! The purge fan-out against loopback servers: parallel purges and their report, a provider
+//! that fails (the error, the demotion event, the other provider still purged), refusals
+//! before sending, and the queued mode paced at the slowest provider's ceiling.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use multicdn_core::{Error, Event, ManualClock, PurgeRequest, PurgeScope, Stopwatch, Timestamp};
+use multicdn_providers::cloudflare::CloudflareLimits;
+use multicdn_providers::fanout::{
+    EventSink, FanoutError, FanoutMember, PurgeFanout, QueueProgress,
+};
+use multicdn_providers::fastly::FastlyLimits;
+use multicdn_providers::http::RateLimit;
+use serde_json::json;
+use support::limited::{LimitedServer, ServerLimits};
+use support::vendors::{SERVICE, cloudflare, fast, fastly, tags};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+fn cf_success() -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(
+        json!({"success": true, "errors": [], "messages": [], "result": {"id": "cf-purge"}}),
+    )
+}
+
+fn cf_401() -> ResponseTemplate {
+    ResponseTemplate::new(401).set_body_json(json!({
+        "success": false, "errors": [{"code": 10000, "message": "Authentication error"}], "messages": [], "result": null
+    }))
+}
+
+struct EchoKeys;
+
+impl Respond for EchoKeys {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        let map: serde_json::Map<String, serde_json::Value> = body["surrogate_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| (k.as_str().unwrap().to_owned(), json!("fastly-purge")))
+            .collect();
+        ResponseTemplate::new(200).set_body_json(map)
+    }
+}
+
+async fn fastly_ok(expect: u64) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(format!("/service/{SERVICE}/purge")))
+        .respond_with(EchoKeys)
+        .expect(expect)
+        .mount(&server)
+        .await;
+    server
+}
+
+fn members(fastly_base: &str, cf_base: &str) -> Vec<FanoutMember> {
+    vec![
+        FanoutMember::fastly(fastly(fastly_base, fast(2))),
+        FanoutMember::cloudflare(cloudflare(cf_base, CloudflareLimits::default(), fast(2))),
+    ]
+}
+
+#[tokio::test]
+async fn both_providers_purge_in_parallel_and_the_report_names_the_slowest() {
+    let f = fastly_ok(1).await;
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_success().set_delay(Duration::from_millis(150)))
+        .expect(2)
+        .mount(&cf)
+        .await;
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri()));
+    let watch = Stopwatch::start();
+    let report = fanout.purge(&PurgeRequest::tags(tags(150))).await.unwrap();
+    let took = watch.elapsed();
+    // Two Cloudflare requests of 150 ms, sent together: parallel, not one after the other.
+    assert!(took < Duration::from_millis(290), "{took:?}");
+    assert_eq!(report.receipts.len(), 2);
+    assert_eq!(
+        report.slowest.as_ref().map(|p| p.as_str()),
+        Some("cloudflare")
+    );
+    assert!(report.worst_acknowledged_in >= Duration::from_millis(150));
+    let fastly_receipt = &report.receipts[0];
+    assert_eq!((fastly_receipt.items, fastly_receipt.requests), (150, 1));
+    let cf_receipt = &report.receipts[1];
+    assert_eq!(
+        (
+            cf_receipt.items,
+            cf_receipt.requests,
+            cf_receipt.purge_ids.len()
+        ),
+        (150, 2, 2)
+    );
+    assert!(fastly_receipt.acknowledged_in <= cf_receipt.acknowledged_in);
+}
+
+#[tokio::test]
+async fn one_provider_failing_yields_the_error_and_the_demotion_event_while_the_other_completes() {
+    let f = fastly_ok(1).await;
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_401())
+        .expect(1)
+        .mount(&cf)
+        .await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri()))
+        .with_events(EventSink::channel(tx))
+        .with_clock(Arc::new(clock));
+    let err = fanout
+        .purge(&PurgeRequest::tags(["price-1", "price-2"]))
+        .await
+        .unwrap_err();
+
+    let FanoutError::Missed {
+        failures,
+        receipts,
+        events,
+    } = &err
+    else {
+        panic!("expected a missed purge, got {err:?}");
+    };
+    assert_eq!(failures.len(), 1);
+    let failure = &failures[0];
+    assert_eq!(failure.provider.as_str(), "cloudflare");
+    assert_eq!(failure.missed, ["price-1", "price-2"]);
+    assert_eq!(failure.scope, "tags");
+    assert!(failure.error.is_auth());
+    // Fastly's purge still completed.
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(
+        (receipts[0].provider.as_str(), receipts[0].items),
+        ("fastly", 2)
+    );
+    // The error names the provider and the items.
+    let text = err.to_string();
+    assert!(
+        text.contains("cloudflare missed 2 tags (price-1, price-2)"),
+        "{text}"
+    );
+    assert!(text.contains("authentication failed"), "{text}");
+    // The demotion event, on the channel and in the error.
+    let event = rx.try_recv().unwrap();
+    assert!(rx.try_recv().is_err(), "one event per failed provider");
+    match &event {
+        Event::PurgeMissed {
+            provider,
+            items,
+            scope,
+            error,
+            at,
+        } => {
+            assert_eq!(provider.as_str(), "cloudflare");
+            assert_eq!(items, &["price-1", "price-2"]);
+            assert_eq!(scope, "tags");
+            assert!(error.contains("authentication failed"));
+            assert_eq!(*at, Timestamp::from_secs(1_000));
+        }
+        other => panic!("expected PurgeMissed, got {other:?}"),
+    }
+    assert_eq!(
+        event.health_signal(),
+        Some(multicdn_core::HealthState::Down)
+    );
+    assert_eq!(events, &[event]);
+    assert_eq!(err.failed_providers().len(), 1);
+}
+
+#[tokio::test]
+async fn a_provider_failing_part_way_misses_exactly_its_failed_and_unsent_chunks() {
+    let f = fastly_ok(1).await;
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_success())
+        .up_to_n_times(1)
+        .mount(&cf)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(502).set_body_string("bad gateway"))
+        .expect(2)
+        .mount(&cf)
+        .await;
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri())).with_in_flight(1);
+    let all = tags(250);
+    let err = fanout
+        .purge(&PurgeRequest::tags(all.clone()))
+        .await
+        .unwrap_err();
+    let FanoutError::Missed { failures, .. } = &err else {
+        panic!("{err:?}");
+    };
+    let failure = &failures[0];
+    // The first chunk was acknowledged; the second failed (after 2 attempts); the third was
+    // not sent to a provider that is being demoted.
+    assert_eq!(failure.missed, all[100..]);
+    let acked = failure.acknowledged.as_ref().unwrap();
+    assert_eq!((acked.items, acked.requests), (100, 1));
+    assert!(failure.error.may_have_applied());
+}
+
+#[tokio::test]
+async fn a_kind_one_provider_cannot_do_is_refused_before_anything_is_sent() {
+    let f = fastly_ok(0).await;
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_success())
+        .expect(0)
+        .mount(&cf)
+        .await;
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = events.clone();
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri()))
+        .with_events(EventSink::new(move |e| seen.lock().unwrap().push(e)));
+    let hosts = PurgeRequest {
+        scope: PurgeScope::Hosts(vec!["www.example.com".into()]),
+        soft: false,
+    };
+    let err = fanout.purge(&hosts).await.unwrap_err();
+    let FanoutError::Refused { errors, reason } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(errors.len(), 1);
+    assert!(
+        matches!(&errors[0], Error::Unsupported { provider, .. } if provider.as_str() == "fastly")
+    );
+    assert!(reason.contains("purge by hosts"), "{reason}");
+    // A soft purge: Cloudflare cannot.
+    let err = fanout
+        .purge(&PurgeRequest::tags(["a"]).soft())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("cloudflare") && err.to_string().contains("soft purge"),
+        "{err}"
+    );
+    assert!(
+        events.lock().unwrap().is_empty(),
+        "a refusal demotes no one"
+    );
+    assert!(err.failed_providers().is_empty());
+    let empty = PurgeFanout::new(Vec::new())
+        .purge(&PurgeRequest::tags(["a"]))
+        .await
+        .unwrap_err();
+    assert!(empty.to_string().contains("no providers"), "{empty}");
+}
+
+fn tight_server_limits() -> ServerLimits {
+    ServerLimits {
+        fastly_purges: (2_000.0, 2_000),
+        fastly_non_read: (1.0, 10),
+        cloudflare_purge: (20.0, 2),
+        cloudflare_global: (1_000.0, 1_000),
+    }
+}
+
+fn tight_members(server: &LimitedServer) -> Vec<FanoutMember> {
+    let f = fastly(&server.fastly_base(), fast(4))
+        .with_limits(FastlyLimits::default().with_purges(RateLimit::new(2_000.0, 2_000)));
+    let cf = cloudflare(
+        &server.cloudflare_base(),
+        CloudflareLimits::default()
+            .with_purge(RateLimit::new(20.0, 2))
+            .with_global(RateLimit::new(1_000.0, 1_000)),
+        fast(4),
+    );
+    vec![FanoutMember::fastly(f), FanoutMember::cloudflare(cf)]
+}
+
+#[tokio::test]
+async fn queued_purge_reports_progress_and_paces_to_the_slowest_provider_without_429s() {
+    let server = LimitedServer::start(tight_server_limits()).await;
+    let fanout = PurgeFanout::new(tight_members(&server));
+    let request = PurgeRequest::tags(tags(1_000));
+    // Cloudflare is the ceiling: 10 chunks of 100, 2 at once then 20 a second.
+    let ideal = fanout.ideal_times(&request);
+    assert_eq!(ideal[0].0.as_str(), "cloudflare");
+    assert_eq!(ideal[0].1, Duration::from_millis(400));
+    let mut seen: Vec<QueueProgress> = Vec::new();
+    let report = fanout
+        .purge_queued(&request, |p| seen.push(p.clone()))
+        .await
+        .unwrap();
+    assert_eq!(server.too_many(), 0, "the queue never provokes a 429");
+    assert_eq!(seen.len(), 10);
+    assert!(seen.windows(2).all(|w| w[0].chunks_done < w[1].chunks_done));
+    let last = seen.last().unwrap();
+    assert_eq!(
+        (
+            last.chunks_done,
+            last.chunks_total,
+            last.items_done,
+            last.items_total
+        ),
+        (10, 10, 1_000, 1_000)
+    );
+    assert!(
+        report.elapsed >= Duration::from_millis(400),
+        "{:?}",
+        report.elapsed
+    );
+    assert!(
+        report.elapsed < Duration::from_millis(900),
+        "{:?}",
+        report.elapsed
+    );
+    assert_eq!(report.ideal, Duration::from_millis(400));
+    for r in &report.receipts {
+        assert_eq!((r.items, r.requests), (1_000, 10), "{r:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_unpaced_burst_past_the_limit_is_answered_429_by_the_test_server() {
+    // The loopback server really enforces the limits: a purger whose own budget is looser
+    // than the server's meets 429s (and retries through them).
+    let server = LimitedServer::start(tight_server_limits()).await;
+    let cf = cloudflare(
+        &server.cloudflare_base(),
+        CloudflareLimits::default().with_purge(RateLimit::new(1_000.0, 1_000)),
+        fast(10).with_backoff(Duration::from_millis(20), Duration::from_millis(60)),
+    );
+    use multicdn_core::Purger;
+    let r = cf.purge(&PurgeRequest::tags(tags(500))).await.unwrap();
+    assert!(server.too_many() > 0);
+    assert!(r.attempts > r.requests, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_provider_failing_in_a_queued_purge_is_dropped_and_demoted_once_while_the_other_finishes()
+{
+    let f = fastly_ok(5).await;
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_401())
+        .mount(&cf)
+        .await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri()))
+        .with_events(EventSink::channel(tx))
+        .with_queue_in_flight(1);
+    let all = tags(500);
+    let mut failed_seen = Vec::new();
+    let err = fanout
+        .purge_queued(&PurgeRequest::tags(all.clone()), |p| {
+            failed_seen.push(p.failed.len())
+        })
+        .await
+        .unwrap_err();
+    let FanoutError::Missed {
+        failures,
+        receipts,
+        events,
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(failures[0].provider.as_str(), "cloudflare");
+    assert_eq!(failures[0].missed, all);
+    assert_eq!(receipts[0].items, 500);
+    assert_eq!(events.len(), 1);
+    // Only the first chunk reached Cloudflare; the rest were not sent.
+    assert_eq!(cf.received_requests().await.unwrap().len(), 1);
+    assert!(matches!(rx.try_recv().unwrap(), Event::PurgeMissed { items, .. } if items == all));
+    assert!(rx.try_recv().is_err());
+    assert_eq!(failed_seen, [1, 1, 1, 1, 1]);
+}
