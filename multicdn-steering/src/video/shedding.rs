@@ -14,6 +14,11 @@
 //! five: the seed's arithmetic), and caps at the highest rung whose projected utilisation stays
 //! at or under the threshold. The cap lifts one rung once the next rung up would stay under
 //! `lift_below` and the cap has held for `lift_hold`.
+//!
+//! With the seed's numbers, Singapore's 400 Gbps of demand at 4K on 125 Gbps caps at 480p
+//! (720p would still be 120 Gbps, 96%) and carries 80 Gbps, 64%. The seed's own sum says 70:
+//! it starts India from 250 Gbps (50M × 5 Mbps) rather than the 300 it fails over with; scaling
+//! the 300 Gbps that actually arrives gives 60, plus Southeast Asia's 20.
 
 use std::fmt;
 use std::time::Duration;

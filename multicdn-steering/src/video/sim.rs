@@ -5,7 +5,9 @@
 //!    [`Drain`] for every population it is now the nearest live node of);
 //! 2. failover: sessions on dead nodes, and sessions nobody served, [`spread`](Topology::spread)
 //!    over live nodes;
-//! 3. drains move sessions back, linearly and within their rate bound;
+//! 3. drains move sessions back, linearly and within their rate bound (the share moved counts
+//!    both sessions that restart, which go to the recovered node at once, and sessions that
+//!    switch; together they never exceed the bound);
 //! 4. each node's demand (what its players would pull uncapped) and load (under its quality cap);
 //! 5. a node whose load has exceeded its capacity for `overload_tolerance` (default 30 s) dies,
 //!    and stays down: its sessions fail over on the next step, which is how a cascade spreads;

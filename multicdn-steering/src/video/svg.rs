@@ -118,7 +118,8 @@ fn panel(out: &mut String, c: &Chart, x0: f64, y0: f64, w: f64, h: f64) {
         .chain(c.references.iter().map(|r| r.y));
     let y_top = ys.filter(|y| y.is_finite()).fold(0.0, f64::max);
     let y_step = nice_step(y_top.max(1.0), 5.0);
-    let y_max = (y_top / y_step).ceil().max(1.0) * y_step;
+    // A little headroom so a peak never sits on the frame.
+    let y_max = (y_top * 1.05 / y_step).ceil().max(1.0) * y_step;
     let px = |x: f64| x0 + left + x / x_max * pw;
     let py = |y: f64| y0 + top + ph - (y.clamp(0.0, y_max) / y_max) * ph;
     let _ = writeln!(
