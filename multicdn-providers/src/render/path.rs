@@ -65,13 +65,51 @@ impl PathMatch {
 
     /// True only when no path can match both (conservative: `false` when unsure).
     pub fn disjoint(&self, other: &PathMatch) -> bool {
-        if self.is_regex() || other.is_regex() {
+        let (Some(mine), Some(theirs)) = (self.bounding_atoms(), other.bounding_atoms()) else {
             return false;
-        }
-        self.atoms()
-            .iter()
-            .all(|a| other.atoms().iter().all(|b| atoms_disjoint(a, b)))
+        };
+        mine.iter()
+            .all(|a| theirs.iter().all(|b| atoms_disjoint(a, b)))
     }
+
+    /// Literal atoms matching at least what this matches: the atoms themselves, or for a
+    /// regex anchored on a literal prefix (`^/products/[0-9]+`), that prefix.
+    fn bounding_atoms(&self) -> Option<Vec<PathMatch>> {
+        match self {
+            PathMatch::Regex(r) => regex_prefix(r).map(|p| vec![PathMatch::Prefix(p)]),
+            other => Some(other.atoms().to_vec()),
+        }
+    }
+}
+
+/// The literal every match of `pattern` starts with, when it is anchored (`^/p/[0-9]+` gives
+/// `/p/`); `None` for unanchored patterns and top-level alternations.
+fn regex_prefix(pattern: &str) -> Option<String> {
+    if split_top_level(pattern)?.len() != 1 {
+        return None;
+    }
+    let mut chars = pattern.strip_prefix('^')?.chars().peekable();
+    let mut prefix = String::new();
+    while let Some(c) = chars.next() {
+        let lit = match c {
+            '\\' => match chars.next().and_then(escaped_literal) {
+                Some(l) => l,
+                None => break,
+            },
+            c if is_meta(c) => break,
+            c => c,
+        };
+        match chars.peek() {
+            // The last literal is optional or repeated: it may be missing.
+            Some('?' | '*' | '{') => break,
+            Some('+') => {
+                prefix.push(lit);
+                break;
+            }
+            _ => prefix.push(lit),
+        }
+    }
+    Some(prefix)
 }
 
 fn atoms_disjoint(a: &PathMatch, b: &PathMatch) -> bool {
@@ -311,7 +349,10 @@ mod tests {
         assert!(!analyse("^/cart").disjoint(&analyse("^/cart/items")));
         assert!(!analyse("^/products/").disjoint(&analyse("\\.js$")));
         assert!(analyse("\\.js$").disjoint(&analyse("\\.css$")));
-        assert!(!analyse("^/a[0-9]").disjoint(&analyse("^/b")));
+        assert!(!analyse("^/a[0-9]").disjoint(&analyse("^/a")));
+        assert!(analyse("^/products/[0-9]+$").disjoint(&analyse("^/cart|^/admin")));
+        assert!(!analyse("^/ab?c[0-9]").disjoint(&analyse("^/a")));
+        assert!(!analyse("/x[0-9]").disjoint(&analyse("^/b")));
     }
 
     proptest! {
@@ -336,6 +377,19 @@ mod tests {
             let (ma, mb) = (analyse(&a), analyse(&b));
             if ma.disjoint(&mb) {
                 prop_assert!(!(ma.matches(&path) == Some(true) && mb.matches(&path) == Some(true)));
+            }
+        }
+
+        #[test]
+        fn a_regex_is_disjoint_only_from_what_its_matches_can_never_be(
+            a in "\\^/[ab]{0,2}(\\[ab\\]|b?|a\\*|\\.)[ab]?\\$?",
+            b in "\\^/[ab]{0,2}",
+            path in "/[ab]{0,4}",
+        ) {
+            let (ma, mb) = (analyse(&a), analyse(&b));
+            let re = regex::Regex::new(&a).unwrap();
+            if ma.disjoint(&mb) {
+                prop_assert!(!(re.is_match(&path) && mb.matches(&path) == Some(true)), "{} vs {} on {}", a, b, path);
             }
         }
     }
