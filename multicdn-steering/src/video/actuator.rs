@@ -218,6 +218,7 @@ impl Steerer for ContentSteeringSteerer {
 mod tests {
     use super::*;
     use multicdn_core::CohortId;
+    use proptest::prelude::*;
     use std::time::Duration;
 
     fn p(s: &str) -> ProviderId {
@@ -349,5 +350,23 @@ mod tests {
         s.apply(&big, &ApplyOptions::default().force(true))
             .await
             .unwrap();
+    }
+
+    proptest! {
+        #[test]
+        fn the_order_lists_every_provider_once_and_a_leader_with_a_share(
+            raw in prop::collection::vec(0u32..100, 1..6),
+            session in "[a-z0-9]{1,12}",
+        ) {
+            prop_assume!(raw.iter().sum::<u32>() > 0);
+            let bp = multicdn_core::weights::largest_remainder(&raw, TOTAL_BP);
+            let ids: Vec<ProviderId> = (0..bp.len()).map(|i| p(&format!("p{i}"))).collect();
+            let w = Weights::new(ids.iter().cloned().zip(bp)).unwrap();
+            let order = pathway_priority(&w, Some(&session), "c");
+            let mut sorted = order.clone();
+            sorted.sort();
+            prop_assert_eq!(sorted, ids);
+            prop_assert!(w.get(&order[0]) > 0);
+        }
     }
 }

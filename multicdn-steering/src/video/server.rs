@@ -252,7 +252,11 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn new(limit: RateLimit) -> Bucket {
+    fn new(mut limit: RateLimit) -> Bucket {
+        // A rate that is not a positive number never refills: the burst, then 429s.
+        if !limit.per_second.is_finite() || limit.per_second < 0.0 {
+            limit.per_second = 0.0;
+        }
         Bucket {
             limit,
             tokens: f64::from(limit.burst),
@@ -276,9 +280,8 @@ impl Bucket {
         if self.limit.per_second <= 0.0 {
             return Err(Duration::from_secs(60));
         }
-        Err(Duration::from_secs_f64(
-            (1.0 - self.tokens) / self.limit.per_second,
-        ))
+        let wait = (1.0 - self.tokens) / self.limit.per_second;
+        Err(Duration::try_from_secs_f64(wait).unwrap_or(Duration::from_secs(60)))
     }
 }
 
@@ -540,6 +543,7 @@ impl ContentSteering {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn req(q: &str) -> SteeringRequest {
         SteeringRequest::from_query_string(Protocol::Hls, q, vec!["AS7922".parse().unwrap()])
@@ -559,6 +563,18 @@ mod tests {
         assert!(b.take(t + Duration::from_millis(500)).is_ok());
         // A clock stepping back never adds tokens.
         assert!(b.take(Timestamp::from_secs(1)).is_err());
+    }
+
+    #[test]
+    fn a_nonsense_rate_never_panics_and_never_refills() {
+        for rate in [f64::NAN, -1.0, 0.0, f64::INFINITY] {
+            let mut b = Bucket::new(RateLimit {
+                per_second: rate,
+                burst: 1,
+            });
+            assert!(b.take(Timestamp::EPOCH).is_ok());
+            assert!(b.take(Timestamp::from_secs(10)).is_err(), "{rate}");
+        }
     }
 
     #[test]
@@ -624,5 +640,34 @@ mod tests {
         assert!(valid_session(&s) && s != "../../etc");
         let r = h.handle(&req("session=abc-1"), Timestamp::EPOCH);
         assert_eq!(r.session.as_deref(), Some("abc-1"));
+    }
+
+    proptest! {
+        #[test]
+        fn parsing_any_query_never_panics(q in "\\PC{0,80}", dash in any::<bool>()) {
+            let protocol = if dash { Protocol::Dash } else { Protocol::Hls };
+            let r = SteeringRequest::from_query_string(protocol, &q, vec![]);
+            let _ = parse_measurements(&r, Timestamp::EPOCH);
+        }
+
+        #[test]
+        fn any_paired_report_reads_back(
+            reports in prop::collection::vec(("[a-z][a-z0-9-]{0,10}", any::<u32>()), 1..8)
+        ) {
+            let pathways: Vec<&str> = reports.iter().map(|(p, _)| p.as_str()).collect();
+            let throughputs: Vec<String> = reports.iter().map(|(_, t)| t.to_string()).collect();
+            let q = format!(
+                "_HLS_pathway={}&_HLS_throughput={}",
+                pathways.join(","),
+                throughputs.join(",")
+            );
+            let r = SteeringRequest::from_query_string(Protocol::Hls, &q, vec![]);
+            let m = parse_measurements(&r, Timestamp::EPOCH).unwrap();
+            prop_assert_eq!(m.len(), reports.len());
+            for (got, (p, t)) in m.iter().zip(&reports) {
+                prop_assert_eq!(&got.pathway, p);
+                prop_assert_eq!(got.throughput_bps, u64::from(*t));
+            }
+        }
     }
 }

@@ -288,7 +288,9 @@ impl QualityGovernor {
             let held = self
                 .changed_at
                 .is_none_or(|t| now.since(t) >= self.config.lift_hold);
-            if held && util_at(c - 1) < self.config.lift_below {
+            // Never lift into a rung that would cap again at once, whatever the configuration.
+            let lift_below = self.config.lift_below.min(self.config.threshold);
+            if held && util_at(c - 1) < lift_below {
                 Some(c - 1)
             } else {
                 Some(c)
@@ -357,6 +359,7 @@ pub fn append_cmsd_dynamic(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn t(s: u64) -> Timestamp {
         Timestamp::from_secs(s)
@@ -438,5 +441,26 @@ mod tests {
         let l = BitrateLadder::new([("low".into(), 1), ("high".into(), 4)]).unwrap();
         assert_eq!(l.rung(0).unwrap().name, "high");
         assert_eq!(l.factor(1), 0.25);
+    }
+
+    proptest! {
+        #[test]
+        fn a_new_cap_fits_under_the_threshold_unless_at_the_bottom(
+            demands in prop::collection::vec(0.0f64..2_000.0, 1..40),
+            capacity in 10.0f64..500.0,
+        ) {
+            let ladder = BitrateLadder::seed();
+            let bottom = ladder.rungs().len() - 1;
+            let mut g = QualityGovernor::new("n", ladder, SheddingConfig::default());
+            for (i, demand) in demands.iter().enumerate() {
+                g.observe(demand * g.factor(), capacity, t(i as u64 * 10));
+                let util = demand * g.factor() / capacity;
+                // Under the cap now in force the load fits, or there is no lower rung.
+                prop_assert!(
+                    util <= 0.9 + 1e-9 || g.cap_index() == Some(bottom),
+                    "{} {:?}", util, g.cap()
+                );
+            }
+        }
     }
 }

@@ -380,7 +380,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Timeline, SimError> {
     if scenario.step.is_zero() {
         return Err(SimError::ZeroStep);
     }
-    let steps = scenario.duration.as_millis() / scenario.step.as_millis().max(1);
+    let steps = scenario.duration.as_nanos() / scenario.step.as_nanos();
     if steps > 1_000_000 {
         return Err(SimError::TooManySteps(steps));
     }
