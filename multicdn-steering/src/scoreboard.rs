@@ -646,6 +646,7 @@ impl Scoreboard {
         let span = (window.as_millis() as u64).div_ceil(self.bucket_ms).max(1) as u32;
         let first = current.saturating_sub(span - 1);
         let mut cuts: HashMap<CutKey, Agg> = HashMap::new();
+        let mut base: Vec<(BaseKey, Agg)> = Vec::new();
         let mut asn_countries: HashMap<u32, Vec<(Country, u64)>> = HashMap::new();
         for (key, cell) in self.keys.iter().zip(&self.cells) {
             let mut agg = Agg::default();
@@ -671,20 +672,15 @@ impl Scoreboard {
             if net.asn.is_none() && net.country.is_none() {
                 cuts_of = vec![NetworkKey::Global];
             }
-            let last = cuts_of.len() - 1;
-            for (i, cut) in cuts_of.into_iter().enumerate() {
+            for cut in cuts_of {
                 let k = CutKey {
                     metric: key.metric,
                     network: cut,
                     provider: key.provider,
                 };
-                let slot = cuts.entry(k).or_default();
-                if i == last {
-                    slot.merge_owned(std::mem::take(&mut agg));
-                    break;
-                }
-                slot.merge(&agg);
+                cuts.entry(k).or_default().merge(&agg);
             }
+            base.push((*key, agg));
         }
         let dominant = asn_countries
             .into_iter()
@@ -701,6 +697,7 @@ impl Scoreboard {
             fresh_for: self.config.fresh_for,
             providers: self.providers.clone(),
             cuts,
+            base,
             dominant_country: dominant,
         }
     }
@@ -732,14 +729,6 @@ impl Agg {
         self.sketch.merge(&o.sketch);
         self.failures += o.failures;
         self.newest = self.newest.max(o.newest);
-    }
-
-    fn merge_owned(&mut self, o: Agg) {
-        if self.sketch.is_empty() && self.failures == 0 {
-            *self = o;
-        } else {
-            self.merge(&o);
-        }
     }
 
     fn samples(&self) -> u64 {
@@ -802,6 +791,7 @@ pub struct Snapshot {
     fresh_for: Duration,
     providers: Vec<ProviderId>,
     cuts: HashMap<CutKey, Agg>,
+    base: Vec<(BaseKey, Agg)>,
     dominant_country: HashMap<u32, Country>,
 }
 
@@ -891,6 +881,29 @@ impl Snapshot {
                 provider: slot,
             }) {
                 agg.merge(a);
+            }
+        }
+        self.view_of(label, Some(&agg), metric)
+    }
+
+    /// One cell merged from every client network `include` accepts: a region's traffic
+    /// without the networks carved out of it into cohorts of their own.
+    pub fn merged_where(
+        &self,
+        metric: Metric,
+        provider: &ProviderId,
+        label: NetworkKey,
+        include: impl Fn(&ClientNetwork) -> bool,
+    ) -> CellView {
+        let mut agg = Agg::default();
+        if let Some(slot) = self.slot(provider) {
+            for (key, a) in &self.base {
+                if key.metric == metric
+                    && key.provider == slot
+                    && include(&ClientNetwork::new(key.asn, key.country))
+                {
+                    agg.merge(a);
+                }
             }
         }
         self.view_of(label, Some(&agg), metric)

@@ -1,6 +1,7 @@
-//! Building the engine's inputs from a scoreboard snapshot: one [`CohortInput`] per region of
-//! the policy, and one per ASN whose cells are steerable for every provider (or that already
-//! steers as its own cohort, read with fallback to coarser cuts when it has gone thin).
+//! Building the engine's inputs from a scoreboard snapshot: one [`CohortInput`] per ASN whose
+//! cells are steerable for every provider (or that already steers as its own cohort, read with
+//! fallback to coarser cuts when it has gone thin), and one per region of the policy, scored on
+//! the traffic that region serves: the networks it matches first, without the carved-out ASNs.
 
 use std::collections::HashMap;
 
@@ -72,28 +73,6 @@ pub fn cohort_inputs(
             .flatten()
     };
 
-    for region in &static_plan.cohorts {
-        let views = providers
-            .iter()
-            .map(|p| {
-                let view = snapshot.merged(metric, &region.networks, p);
-                let avail = (region.networks.len() == 1)
-                    .then(|| availability(region.networks[0], p))
-                    .flatten();
-                (p.clone(), view, avail)
-            })
-            .collect();
-        let (evidence, samples) = score(&region.cohort, views);
-        out.push(CohortInput {
-            cohort: region.cohort.clone(),
-            networks: region.networks.clone(),
-            parent: None,
-            share: samples as f64 / total,
-            cut: (region.networks.len() == 1).then(|| region.networks[0]),
-            evidence,
-        });
-    }
-
     let existing: HashMap<u32, &CohortId> = current
         .cohorts
         .iter()
@@ -154,6 +133,56 @@ pub fn cohort_inputs(
             parent,
             share: own_samples as f64 / total,
             cut: Some(cut),
+            evidence,
+        });
+    }
+    // Regions: the traffic of the networks each one matches first (the `*` region takes the
+    // rest), without the ASNs carved out above.
+    let carved: std::collections::HashSet<u32> = out
+        .iter()
+        .filter_map(|i: &CohortInput| match i.networks.as_slice() {
+            [NetworkKey::Asn(a)] => Some(*a),
+            _ => None,
+        })
+        .collect();
+    let region_of = |n: &ClientNetwork| -> Option<usize> {
+        let continent = n.continent();
+        static_plan.cohorts.iter().position(|r| {
+            r.networks.iter().any(|k| match k {
+                NetworkKey::Asn(a) => n.asn == Some(*a),
+                NetworkKey::Country(c) => n.country == Some(*c),
+                NetworkKey::Continent(c) => continent == Some(*c),
+                NetworkKey::Global => true,
+            })
+        })
+    };
+    for (ri, region) in static_plan.cohorts.iter().enumerate() {
+        let include = |n: &ClientNetwork| {
+            n.asn.is_none_or(|a| !carved.contains(&a)) && region_of(n) == Some(ri)
+        };
+        let label = if region.networks.len() == 1 {
+            region.networks[0]
+        } else {
+            NetworkKey::Global
+        };
+        let views = providers
+            .iter()
+            .map(|p| {
+                let view = snapshot.merged_where(metric, p, label, include);
+                let avail = (metric != Metric::Probe)
+                    .then(|| snapshot.merged_where(Metric::Probe, p, label, include))
+                    .filter(|v| v.status.is_steerable())
+                    .and_then(|v| v.stats.availability);
+                (p.clone(), view, avail)
+            })
+            .collect();
+        let (evidence, samples) = score(&region.cohort, views);
+        out.push(CohortInput {
+            cohort: region.cohort.clone(),
+            networks: region.networks.clone(),
+            parent: None,
+            share: samples as f64 / total,
+            cut: (region.networks.len() == 1).then(|| region.networks[0]),
             evidence,
         });
     }

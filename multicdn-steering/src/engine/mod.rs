@@ -681,6 +681,11 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     }
 }
 
+/// Evidence is rounded (to microseconds, to millionths) so it reads back from JSON exactly.
+fn rounded(x: f64, scale: f64) -> f64 {
+    (x * scale).round() / scale
+}
+
 fn evidence_of(input: Option<&CohortInput>) -> Evidence {
     let Some(input) = input else {
         return Evidence::default();
@@ -690,7 +695,7 @@ fn evidence_of(input: Option<&CohortInput>) -> Evidence {
         scores: input
             .evidence
             .iter()
-            .filter_map(|e| e.score.map(|s| (e.provider.clone(), s)))
+            .filter_map(|e| e.score.map(|s| (e.provider.clone(), rounded(s, 1e3))))
             .collect(),
         samples: input
             .evidence
@@ -920,10 +925,10 @@ fn rum(
         let amount = rum.step.bp().min(room);
         let (target, _) = w.shift(slow, best, amount);
         let evidence = Evidence {
-            gap_ms: Some(gap),
-            gap_relative: Some(relative),
-            required_ms: Some(need_ms),
-            required_relative: Some(need_rel),
+            gap_ms: Some(rounded(gap, 1e3)),
+            gap_relative: Some(rounded(relative, 1e6)),
+            required_ms: Some(rounded(need_ms, 1e3)),
+            required_relative: Some(rounded(need_rel, 1e6)),
             switching_back,
             note: format!(
                 "{best} {best_score:.1} ms vs {slow} {slow_score:.1} ms: {gap:.1} ms ({:.1}%) beyond {need_ms:.0} ms and {:.1}%; moving {}%",
