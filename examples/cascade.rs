@@ -51,9 +51,20 @@ struct Cli {
 
 fn summary(tl: &Timeline) -> String {
     let collapses = tl.collapses();
-    let sg = tl.node("singapore").map_or(0.0, |n| tl.peak_load(n));
     if collapses.is_empty() {
-        format!("no node collapsed; Singapore peaked at {sg:.0} Gbps on 125 for one step")
+        let peaks: Vec<String> = tl
+            .node_ids
+            .iter()
+            .enumerate()
+            .map(|(n, id)| {
+                let peak = tl.peak_load(n);
+                format!(
+                    "{id} {peak:.0} Gbps ({:.0}%)",
+                    peak / tl.capacities[n] * 100.0
+                )
+            })
+            .collect();
+        format!("no node collapsed; peak loads: {}", peaks.join(", "))
     } else {
         let list: Vec<String> = collapses
             .iter()
