@@ -191,16 +191,18 @@ impl Ns1Client {
         .await
     }
 
-    /// Creates the record (`PUT`).
-    pub async fn create_record(&self, record: &Ns1Record) -> Result<Ns1Record, Error> {
+    /// Creates the record (`PUT`). NS1's echo of the record is not interpreted.
+    pub async fn create_record(&self, record: &Ns1Record) -> Result<(), Error> {
         let path = format!("/zones/{}/{}/{}", record.zone, record.domain, record.rtype);
-        self.must(Method::PUT, &path, Some(json!(record))).await
+        let _: Value = self.must(Method::PUT, &path, Some(json!(record))).await?;
+        Ok(())
     }
 
     /// Replaces the record's answers, filters and regions (`POST`).
-    pub async fn update_record(&self, record: &Ns1Record) -> Result<Ns1Record, Error> {
+    pub async fn update_record(&self, record: &Ns1Record) -> Result<(), Error> {
         let path = format!("/zones/{}/{}/{}", record.zone, record.domain, record.rtype);
-        self.must(Method::POST, &path, Some(json!(record))).await
+        let _: Value = self.must(Method::POST, &path, Some(json!(record))).await?;
+        Ok(())
     }
 
     /// The data source named `name` (type `nsone_v1`), made if missing; returns its id.
