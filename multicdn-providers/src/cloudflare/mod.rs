@@ -7,6 +7,7 @@
 //!
 //! Pacing follows [`CloudflareLimits`] for the zone's plan.
 
+pub mod deploy;
 mod limits;
 mod wire;
 

@@ -8,6 +8,7 @@
 //! Pacing follows [`FastlyLimits`]: every URL and every key spends one token of the purge
 //! budget (about 100,000 an hour), `purge_all` one token of the 1,000-an-hour non-read budget.
 
+pub mod deploy;
 mod limits;
 mod wire;
 

@@ -111,6 +111,9 @@ pub struct Drift<T> {
     /// Every differing item: `Add` = expected but missing, `Remove` = deployed but not
     /// rendered, `Update` = both, different.
     pub differences: Vec<Change<T>>,
+    /// Deployed items the renderer does not own and did not compare (Fastly snippets not
+    /// named `multicdn-...`).
+    pub unmanaged: Vec<String>,
 }
 
 impl<T> Drift<T> {
@@ -123,7 +126,15 @@ impl<T> Drift<T> {
 impl<T: PlanItem> fmt::Display for Drift<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.differences.is_empty() {
-            return write!(f, "{} ({}): no drift", self.provider, self.source);
+            write!(f, "{} ({}): no drift", self.provider, self.source)?;
+            if !self.unmanaged.is_empty() {
+                write!(
+                    f,
+                    " (not managed by the policy: {})",
+                    self.unmanaged.join(", ")
+                )?;
+            }
+            return Ok(());
         }
         write!(
             f,
@@ -139,6 +150,13 @@ impl<T: PlanItem> fmt::Display for Drift<T> {
                 ChangeOp::Update => "deployed differs from expected",
             };
             write!(f, "\n  {c}  [{what}]")?;
+        }
+        if !self.unmanaged.is_empty() {
+            write!(
+                f,
+                "\n  not managed by the policy: {}",
+                self.unmanaged.join(", ")
+            )?;
         }
         Ok(())
     }
@@ -227,6 +245,7 @@ mod tests {
             provider: ProviderId::new("fastly").unwrap(),
             source: "active version 3".into(),
             differences: diff(&kv(&[("a", 1)]), &kv(&[("a", 1)])),
+            unmanaged: Vec::new(),
         };
         assert!(d.is_clean());
         assert_eq!(d.to_string(), "fastly (active version 3): no drift");

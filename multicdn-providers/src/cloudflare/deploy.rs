@@ -1,0 +1,441 @@
+//! Deploying the rendered rulesets to a Cloudflare zone: plan first, then apply.
+//!
+//! [`CloudflareDeployer::plan`] reads both entry-point rulesets
+//! (`GET /zones/{zone}/rulesets/phases/{phase}/entrypoint`; 404 means none yet) and diffs every
+//! rule against the rendering, by `ref`. The PUT that applies it replaces the whole rule list,
+//! so rules the policy does not render (added on the console) show up as removals: the policy
+//! is the single source of truth.
+//!
+//! [`CloudflareDeployer::apply`] needs `confirm = true`, checks that each phase's ruleset
+//! version is still the one planned against, then `PUT`s the whole rule list of every phase
+//! that changes. Cloudflare's envelope is read on every answer: `success:false` is an error
+//! carrying every code and message.
+//!
+//! [`CloudflareDeployer::drift`] reads both rulesets back and reports every rule that differs
+//! from the rendering (ids, versions and timestamps Cloudflare adds are not compared).
+
+use std::fmt;
+
+use multicdn_core::policy::ProviderSpec;
+use multicdn_core::{Error, ProviderId, ProviderKind, Secret};
+use reqwest::{Method, RequestBuilder};
+use serde_json::{Value, json};
+
+use super::wire;
+use crate::http::{Answer, HttpSettings, VendorHttp, encode_segment, parse_retry_after};
+use crate::render::cloudflare_rules::{CloudflareRendering, Rule, Ruleset};
+use crate::render::plan::{Change, DeployError, Drift, diff};
+
+/// Deploys rendered rulesets to one Cloudflare zone.
+#[derive(Clone)]
+pub struct CloudflareDeployer {
+    id: ProviderId,
+    zone_id: String,
+    token: Secret,
+    http: VendorHttp,
+}
+
+impl fmt::Debug for CloudflareDeployer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CloudflareDeployer")
+            .field("id", &self.id)
+            .field("zone_id", &self.zone_id)
+            .field("token", &self.token)
+            .field("http", &self.http)
+            .finish()
+    }
+}
+
+/// A zone's entry-point ruleset as read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeployedRuleset {
+    /// The ruleset's id.
+    pub id: Option<String>,
+    /// Its version (changes on every write).
+    pub version: Option<String>,
+    /// Its rules keyed by `ref` (or `id:<id>` for a rule without one), in order.
+    pub rules: Vec<(String, Rule)>,
+}
+
+/// What a deploy would change in one phase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PhasePlan {
+    /// The phase.
+    pub phase: String,
+    /// The deployed ruleset's version, `None` when the zone has no entry point yet.
+    pub deployed_version: Option<String>,
+    /// The whole rule list that will be PUT.
+    pub rendered: Ruleset,
+    /// Rule additions, updates and removals.
+    pub changes: Vec<Change<Rule>>,
+}
+
+/// What a deploy would change on Cloudflare, computed before anything is written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CloudflareDeployPlan {
+    /// The provider.
+    pub provider: ProviderId,
+    /// The zone.
+    pub zone_id: String,
+    /// One entry per phase, cache settings first.
+    pub phases: Vec<PhasePlan>,
+}
+
+impl CloudflareDeployPlan {
+    /// True when the zone already runs the rendering.
+    pub fn is_empty(&self) -> bool {
+        self.phases.iter().all(|p| p.changes.is_empty())
+    }
+}
+
+impl fmt::Display for CloudflareDeployPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} zone {}:", self.provider, self.zone_id)?;
+        for p in &self.phases {
+            let version = p
+                .deployed_version
+                .as_deref()
+                .map_or("no entry point yet".to_owned(), |v| format!("version {v}"));
+            if p.changes.is_empty() {
+                write!(f, "\n  {} ({version}): unchanged", p.phase)?;
+                continue;
+            }
+            write!(
+                f,
+                "\n  {} ({version}): replace the rule list, {} change(s)",
+                p.phase,
+                p.changes.len()
+            )?;
+            for c in &p.changes {
+                write!(f, "\n    {}", c.to_string().replace('\n', "\n  "))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What an apply did: each phase written, with its new version.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CloudflareDeployed {
+    /// `(phase, new ruleset version)` for every phase written; empty when nothing changed.
+    pub written: Vec<(String, Option<String>)>,
+}
+
+impl CloudflareDeployer {
+    /// A deployer for `zone_id` at `base_url` (HTTPS, or HTTP on loopback).
+    pub fn new(
+        id: ProviderId,
+        zone_id: impl Into<String>,
+        token: Secret,
+        base_url: &str,
+        settings: HttpSettings,
+    ) -> Result<CloudflareDeployer, Error> {
+        let zone_id = zone_id.into();
+        if zone_id.is_empty() || !zone_id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(Error::InvalidRequest {
+                provider: id,
+                message: format!(
+                    "zone id {zone_id:?} is not a Cloudflare zone id (hex digits, like 023e105f4ecef8ad9ca31a8372d0c353)"
+                ),
+            });
+        }
+        let http = VendorHttp::new(id.clone(), base_url, settings)?;
+        Ok(CloudflareDeployer {
+            id,
+            zone_id,
+            token,
+            http,
+        })
+    }
+
+    /// A deployer from the policy's provider entry (`kind: cloudflare`, `zone_id`);
+    /// `base_url` overrides Cloudflare's API address.
+    pub fn from_spec(
+        id: ProviderId,
+        spec: &ProviderSpec,
+        token: Secret,
+        base_url: Option<&str>,
+        settings: HttpSettings,
+    ) -> Result<CloudflareDeployer, Error> {
+        if spec.kind != ProviderKind::Cloudflare {
+            return Err(Error::InvalidRequest {
+                message: format!("provider {id} is of kind {}, not cloudflare", spec.kind),
+                provider: id,
+            });
+        }
+        let Some(zone_id) = spec.zone_id.clone() else {
+            return Err(Error::InvalidRequest {
+                message: format!("providers.{id}.zone_id is required to deploy to Cloudflare"),
+                provider: id,
+            });
+        };
+        CloudflareDeployer::new(
+            id,
+            zone_id,
+            token,
+            base_url.unwrap_or(super::DEFAULT_BASE_URL),
+            settings,
+        )
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &ProviderId {
+        &self.id
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, path)
+            .bearer_auth(self.token.expose())
+            .header("Accept", "application/json")
+    }
+
+    fn path(&self, phase: &str) -> String {
+        format!(
+            "/zones/{}/rulesets/phases/{}/entrypoint",
+            self.zone_id,
+            encode_segment(phase)
+        )
+    }
+
+    /// Reads an answer's envelope: `Ok(None)` for a 404 when `missing_ok`, the `result` of a
+    /// successful envelope, or the error it means.
+    fn read(&self, label: &str, answer: &Answer, missing_ok: bool) -> Result<Option<Value>, Error> {
+        if missing_ok && answer.status.as_u16() == 404 {
+            return Ok(None);
+        }
+        let envelope = wire::read_envelope(&answer.body);
+        if answer.status.is_success() {
+            let envelope = envelope.map_err(|message| Error::UnexpectedResponse {
+                provider: self.id.clone(),
+                request: label.to_owned(),
+                message,
+            })?;
+            if envelope.success {
+                return Ok(Some(envelope.result.unwrap_or(Value::Null)));
+            }
+            let f = wire::failure(&envelope.errors);
+            let status = answer.status.as_u16();
+            return Err(match f.class {
+                wire::Class::Auth => Error::Auth {
+                    provider: self.id.clone(),
+                    request: label.to_owned(),
+                    status,
+                    message: f.message,
+                },
+                class => Error::Vendor {
+                    provider: self.id.clone(),
+                    request: label.to_owned(),
+                    status,
+                    code: f.code,
+                    message: f.message,
+                    retryable: class == wire::Class::RateLimited,
+                    retry_after: parse_retry_after(&answer.headers),
+                },
+            });
+        }
+        let (code, message) = match envelope {
+            Ok(e) => {
+                let f = wire::failure(&e.errors);
+                (f.code, f.message)
+            }
+            Err(_) => (None, answer.text().chars().take(300).collect()),
+        };
+        Err(self.http.status_error(label, answer, code, message))
+    }
+
+    /// The zone's entry-point ruleset of `phase`, `None` when it has none yet.
+    pub async fn entrypoint(&self, phase: &str) -> Result<Option<DeployedRuleset>, Error> {
+        let path = self.path(phase);
+        let label = format!("GET {path}");
+        let sent = self
+            .http
+            .send(
+                &label,
+                || self.request(Method::GET, &path),
+                |a| self.read(&label, a, true),
+            )
+            .await?;
+        sent.value
+            .map(|result| self.deployed(&label, &result))
+            .transpose()
+    }
+
+    fn deployed(&self, label: &str, result: &Value) -> Result<DeployedRuleset, Error> {
+        let unexpected = |message: String| Error::UnexpectedResponse {
+            provider: self.id.clone(),
+            request: label.to_owned(),
+            message,
+        };
+        let rules = match result.get("rules") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(rules)) => rules.clone(),
+            Some(other) => return Err(unexpected(format!("rules is not a list: {other}"))),
+        };
+        let mut out = Vec::with_capacity(rules.len());
+        for (i, r) in rules.iter().enumerate() {
+            let text = |field: &str| r.get(field).and_then(Value::as_str).map(str::to_owned);
+            let reference = text("ref");
+            let key = match (&reference, text("id")) {
+                (Some(reference), _) => reference.clone(),
+                (None, Some(id)) => format!("id:{id}"),
+                (None, None) => format!("#{i}"),
+            };
+            let Some(action) = text("action") else {
+                return Err(unexpected(format!("rule {key} has no action")));
+            };
+            let Some(expression) = text("expression") else {
+                return Err(unexpected(format!("rule {key} has no expression")));
+            };
+            out.push((
+                key.clone(),
+                Rule {
+                    reference: reference.unwrap_or(key),
+                    description: text("description").unwrap_or_default(),
+                    expression,
+                    action,
+                    action_parameters: r.get("action_parameters").cloned().unwrap_or(Value::Null),
+                    enabled: r.get("enabled").and_then(Value::as_bool).unwrap_or(true),
+                },
+            ));
+        }
+        Ok(DeployedRuleset {
+            id: result.get("id").and_then(Value::as_str).map(str::to_owned),
+            version: result.get("version").and_then(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .or_else(|| v.as_u64().map(|n| n.to_string()))
+            }),
+            rules: out,
+        })
+    }
+
+    /// What deploying `rendering` would change; reads only.
+    pub async fn plan(
+        &self,
+        rendering: &CloudflareRendering,
+    ) -> Result<CloudflareDeployPlan, Error> {
+        let mut phases = Vec::new();
+        for ruleset in rendering.rulesets() {
+            let deployed = self.entrypoint(&ruleset.phase).await?;
+            let (version, rules) = match deployed {
+                Some(d) => (d.version, d.rules),
+                None => (None, Vec::new()),
+            };
+            phases.push(PhasePlan {
+                phase: ruleset.phase.clone(),
+                deployed_version: version,
+                rendered: ruleset.clone(),
+                changes: diff(&rules, &keyed(ruleset)),
+            });
+        }
+        Ok(CloudflareDeployPlan {
+            provider: self.id.clone(),
+            zone_id: self.zone_id.clone(),
+            phases,
+        })
+    }
+
+    /// Applies `plan`; `confirm` must be `true` or nothing is sent.
+    pub async fn apply(
+        &self,
+        plan: &CloudflareDeployPlan,
+        confirm: bool,
+    ) -> Result<CloudflareDeployed, DeployError> {
+        if !confirm {
+            return Err(DeployError::NotConfirmed {
+                provider: self.id.clone(),
+            });
+        }
+        if plan.provider != self.id || plan.zone_id != self.zone_id {
+            return Err(DeployError::PlanOutdated {
+                provider: self.id.clone(),
+                what: format!("the plan is for {} zone {}", plan.provider, plan.zone_id),
+            });
+        }
+        let changing: Vec<&PhasePlan> = plan
+            .phases
+            .iter()
+            .filter(|p| !p.changes.is_empty())
+            .collect();
+        // Every phase is checked before any is written.
+        for p in &changing {
+            let now = self.entrypoint(&p.phase).await?.and_then(|d| d.version);
+            if now != p.deployed_version {
+                return Err(DeployError::PlanOutdated {
+                    provider: self.id.clone(),
+                    what: format!(
+                        "{} moved from version {} to {} since the plan",
+                        p.phase,
+                        p.deployed_version.as_deref().unwrap_or("(none)"),
+                        now.as_deref().unwrap_or("(none)")
+                    ),
+                });
+            }
+        }
+        let mut written = Vec::new();
+        for p in changing {
+            let path = self.path(&p.phase);
+            let label = format!("PUT {path}");
+            let body = json!({
+                "description": "multicdn: rendered from the policy's cache section",
+                "rules": p.rendered.rules,
+            });
+            let sent = self
+                .http
+                .send(
+                    &label,
+                    || self.request(Method::PUT, &path).json(&body),
+                    |a| self.read(&label, a, false),
+                )
+                .await?;
+            let version = sent
+                .value
+                .as_ref()
+                .and_then(|r| r.get("version"))
+                .and_then(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .or_else(|| v.as_u64().map(|n| n.to_string()))
+                });
+            written.push((p.phase.clone(), version));
+        }
+        Ok(CloudflareDeployed { written })
+    }
+
+    /// Every rule of both entry points that differs from `rendering`.
+    pub async fn drift(&self, rendering: &CloudflareRendering) -> Result<Drift<Rule>, Error> {
+        let mut differences = Vec::new();
+        let mut versions = Vec::new();
+        for ruleset in rendering.rulesets() {
+            let deployed = self.entrypoint(&ruleset.phase).await?;
+            let (version, rules) = match deployed {
+                Some(d) => (d.version, d.rules),
+                None => (None, Vec::new()),
+            };
+            versions.push(format!(
+                "{} {}",
+                ruleset.phase,
+                version.map_or("(none)".to_owned(), |v| format!("v{v}"))
+            ));
+            for mut c in diff(&rules, &keyed(ruleset)) {
+                c.key = format!("{}/{}", ruleset.phase, c.key);
+                differences.push(c);
+            }
+        }
+        Ok(Drift {
+            provider: self.id.clone(),
+            source: format!("zone {}: {}", self.zone_id, versions.join(", ")),
+            differences,
+            unmanaged: Vec::new(),
+        })
+    }
+}
+
+fn keyed(ruleset: &Ruleset) -> Vec<(String, Rule)> {
+    ruleset
+        .rules
+        .iter()
+        .map(|r| (r.reference.clone(), r.clone()))
+        .collect()
+}
