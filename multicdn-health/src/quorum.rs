@@ -89,10 +89,11 @@ impl Quorum {
         self.fresh_for
     }
 
-    /// Whether an observation made at `at` still votes at `now`. An observation stamped in the
-    /// future (a runner's clock running ahead) counts as fresh.
+    /// Whether an observation made at `at` still votes at `now`. A runner's clock may run a
+    /// little ahead: a stamp up to `fresh_for` in the future counts as fresh, one further ahead
+    /// does not (it would otherwise vote for as long as that clock is wrong).
     pub fn is_fresh(&self, at: Timestamp, now: Timestamp) -> bool {
-        now.since(at) <= self.fresh_for
+        now.since(at) <= self.fresh_for && at.since(now) <= self.fresh_for
     }
 
     /// The verdict at `now` from observations of one provider. Each runner votes once, with its
@@ -279,10 +280,11 @@ mod tests {
     }
 
     #[test]
-    fn future_stamps_count_as_fresh() {
-        let mut o = obs("eu-west", true, 0);
-        o.at = NOW + Duration::from_secs(5);
-        assert!(q().is_fresh(o.at, NOW));
+    fn slightly_future_stamps_are_fresh_and_far_future_ones_are_not() {
+        assert!(q().is_fresh(NOW + Duration::from_secs(5), NOW));
+        assert!(q().is_fresh(NOW + Duration::from_secs(90), NOW));
+        assert!(!q().is_fresh(NOW + Duration::from_secs(91), NOW));
+        assert!(!q().is_fresh(NOW + Duration::from_secs(86_400), NOW));
     }
 
     proptest! {

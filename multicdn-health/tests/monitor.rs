@@ -541,3 +541,28 @@ fn monitors_that_cannot_work_are_refused() {
         .unwrap_err();
     assert!(bad.to_string().contains("quorum"), "{bad}");
 }
+
+#[test]
+fn the_loop_and_the_tools_can_be_spawned() {
+    fn is_send<T: Send + 'static>(_: &T) {}
+    let clock = ManualClock::new(START);
+    let m = fake_monitor(&clock, &five(&clock), HealthConfig::default());
+    let looping = m.clone();
+    is_send(&async move { looping.run(std::future::pending()).await });
+    let r = m.clone();
+    is_send(&async move { r.round_once().await });
+    let edges = vec![
+        multicdn_health::Edge::new(id("fastly"), "http://127.0.0.1:1").unwrap(),
+        multicdn_health::Edge::new(id("cloudflare"), "http://127.0.0.1:2").unwrap(),
+    ];
+    let drift = multicdn_health::DriftChecker::builder(edges.clone())
+        .build()
+        .unwrap();
+    is_send(&async move { drift.check(&["/"]).await });
+    let warmer = multicdn_health::Warmer::builder(edges).build().unwrap();
+    let snap = m.snapshot();
+    is_send(&async move {
+        let paths = vec!["/a".to_owned()];
+        warmer.warm(&paths, |p| snap.is_down(p), |_| {}).await
+    });
+}
