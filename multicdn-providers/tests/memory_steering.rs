@@ -1,6 +1,9 @@
 //! The in-memory steerer as the quickstart uses it: apply the policy's static plan, resolve
 //! clients, apply a failover step, and watch traffic move.
 
+// Helpers outside `#[test]` functions unwrap too: a failed setup should fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use multicdn_core::policy::Share;
 use multicdn_core::{ApplyOptions, NetworkKey, Policy, ProviderId, Steerer, Weights};
 use multicdn_providers::memory::MemorySteerer;

@@ -1,6 +1,9 @@
 //! NS1 against wiremock stubs: the exact bodies for create, update and feed publish, 429
 //! honoured, nothing sent for an invalid plan, and the touched-share guard.
 
+// Helpers outside `#[test]` functions unwrap too: a failed setup should fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -2,6 +2,9 @@
 //! with Route 53's code and messages, paging guarded, invalid plans refused before any
 //! request, requests signed, large change sets split in order.
 
+// Helpers outside `#[test]` functions unwrap too: a failed setup should fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

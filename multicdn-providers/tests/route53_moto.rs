@@ -3,6 +3,9 @@
 //! set) its absence is a failure. Every test makes its own hosted zone and edge hosts, so
 //! they run in parallel and against an emulator that keeps state between runs.
 
+// Helpers outside `#[test]` functions unwrap too: a failed setup should fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use multicdn_core::{ApplyOptions, Policy, ProviderId, Secret, Steerer, SteeringPlan, Weights};

@@ -277,12 +277,14 @@ pub fn read_weights(values: Vec<(ProviderId, u32)>) -> Option<Weights> {
     Weights::from_scale(values, 1).ok()
 }
 
+/// A cohort's networks and its providers' vendor weights, as read.
+type CohortParts = (Vec<NetworkKey>, Vec<(ProviderId, u32)>);
+
 /// The steering state the managed sets hold: one cohort for each pool some geolocation set
 /// points at, its networks from those sets, its weights from the pool's sets.
 pub fn read_state(record: &str, sets: &[RecordSet]) -> SteeringState {
     let record_n = normalise_name(record);
-    let mut cohorts: BTreeMap<CohortId, (Vec<NetworkKey>, Vec<(ProviderId, u32)>)> =
-        BTreeMap::new();
+    let mut cohorts: BTreeMap<CohortId, CohortParts> = BTreeMap::new();
     for set in sets
         .iter()
         .filter(|s| s.rtype == RECORD_TYPE && s.foreign.is_none())
@@ -363,7 +365,9 @@ mod tests {
         }
     }
 
-    fn plan(cohorts: &[(&str, &[&str], &[(&str, f64)])]) -> SteeringPlan {
+    type CohortSpec<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, f64)]);
+
+    fn plan(cohorts: &[CohortSpec<'_>]) -> SteeringPlan {
         SteeringPlan {
             record: "www.example.com".into(),
             ttl: Duration::from_secs(30),
