@@ -2,6 +2,8 @@
 //! only, applying needs the explicit flag, a failed validation never activates, and drift is
 //! read back from the active version.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::time::Duration;
 
 use multicdn_core::{Policy, ProviderId, Secret};

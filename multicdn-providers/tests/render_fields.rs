@@ -1,6 +1,8 @@
 //! Every cache-policy field changes the rendering in the expected place, and only there; the
 //! identity header reads back as the right provider; unsupported features are reported.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -2,6 +2,8 @@
 //! with the reviewed golden files. `UPDATE_GOLDEN=1 cargo test -p multicdn-providers --test
 //! render_golden` rewrites them; review the diff before committing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::path::PathBuf;
 
 use multicdn_core::Policy;
