@@ -1,6 +1,8 @@
 //! The Fastly adapter against wiremock on loopback: exact request shapes for every purge kind,
 //! batching, soft purge, errors, retries and timeouts.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! The shared vendor HTTP layer against wiremock on loopback: what is retried and what is not,
 //! `Retry-After` and `Fastly-RateLimit-Reset`, pacing, connection errors, base URLs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::sync::Arc;

@@ -1,5 +1,11 @@
 //! Loopback helpers shared by the integration tests. Each test crate uses a part of them.
-#![allow(dead_code, unreachable_pub)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 pub mod limited;
 pub mod logs;
