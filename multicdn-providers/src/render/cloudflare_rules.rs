@@ -123,7 +123,7 @@ impl CloudflareRendering {
             "header_rules": self.header_rules,
             "warnings": self.warnings,
         });
-        let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        let mut s = serde_json::to_string_pretty(&sorted(doc)).unwrap_or_default();
         s.push('\n');
         s
     }
@@ -171,6 +171,19 @@ impl PlanItem for Rule {
             self.enabled.to_string(),
         );
         out
+    }
+}
+
+/// `v` with every object's keys in sorted order, whichever map type serde_json was built with.
+fn sorted(v: Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
     }
 }
 

@@ -7,6 +7,50 @@
 //! the job of `fastly::deploy` and `cloudflare::deploy`, which plan (diff against what is
 //! deployed) before they write anything.
 //!
+//! ```
+//! use multicdn_core::Policy;
+//! use multicdn_providers::render::RenderMode;
+//! use multicdn_providers::render::cloudflare_rules::{CloudflareTarget, render_cloudflare};
+//! use multicdn_providers::render::fastly_vcl::render_fastly;
+//!
+//! let policy = Policy::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/policy.yaml"))?;
+//! let fastly = render_fastly(&policy.cache, RenderMode::Strict)?;
+//! let deliver = fastly.snippet("multicdn-deliver-headers").ok_or("no deliver snippet")?;
+//! assert!(deliver.content.contains("Server-Timing"));
+//!
+//! // Cloudflare cannot take surrogate keys from the origin: strict mode refuses, lenient
+//! // mode renders the rest and names what it could not express.
+//! let target = CloudflareTarget::default();
+//! assert!(render_cloudflare(&policy.cache, target, RenderMode::Strict).is_err());
+//! let cloudflare = render_cloudflare(&policy.cache, target, RenderMode::Lenient)?;
+//! assert!(cloudflare.warnings.iter().any(|w| w.feature == "cache.routes[2].surrogate_keys_from_origin"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Deploying: plan, show the plan, apply only when asked to.
+//!
+//! ```no_run
+//! # async fn deploy() -> Result<(), Box<dyn std::error::Error>> {
+//! use multicdn_core::{Policy, ProviderId, Secret};
+//! use multicdn_providers::fastly::deploy::FastlyDeployer;
+//! use multicdn_providers::http::HttpSettings;
+//! use multicdn_providers::render::RenderMode;
+//! use multicdn_providers::render::fastly_vcl::render_fastly;
+//!
+//! let policy = Policy::load("policy.yaml")?;
+//! let id = ProviderId::new("fastly")?;
+//! let token = Secret::from_env("FASTLY_API_TOKEN").ok_or("FASTLY_API_TOKEN is not set")?;
+//! let deployer =
+//!     FastlyDeployer::from_spec(id.clone(), &policy.providers[&id], token, None, HttpSettings::default())?;
+//! let plan = deployer.plan(&render_fastly(&policy.cache, RenderMode::Strict)?).await?;
+//! println!("{plan}");
+//! if std::env::args().any(|a| a == "--apply") {
+//!     println!("{:?}", deployer.apply(&plan, true).await?);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! ## What both renderings guarantee
 //! - **Routes, first match wins.** Every route is rendered with the exclusions of the earlier
 //!   routes it could overlap, so exactly one route's settings apply to a path, on both CDNs.
