@@ -3,4 +3,5 @@
 #![forbid(unsafe_code)]
 
 pub mod emulate;
+pub mod scenario;
 pub mod summary;
