@@ -3,16 +3,15 @@
 use std::time::Duration;
 
 use multicdn_core::policy::HealthPolicy;
-use serde::{Deserialize, Serialize};
 
 use crate::error::HealthError;
 
-/// How observations become a verdict (seed 000, section 9).
+/// How observations become a verdict (seed 000, section 9). The policy file's `health` section
+/// is where these are written; [`HealthConfig::from_policy`] reads them.
 ///
 /// The defaults are the seed's: 3 runners must agree, 2 bad rounds to go down, 10 good rounds
 /// to come back, a round every 30 s, and an observation votes for 90 s (three rounds).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HealthConfig {
     /// How many runners with fresh observations must agree (K of N).

@@ -102,17 +102,16 @@ fn cause(err: &reqwest::Error) -> String {
     parts.split_off(keep).join(": ")
 }
 
-/// Reads at most `limit` bytes of the body, stopping early once `needle` has been seen (an
-/// empty needle stops at once). Returns the bytes read and whether the needle was found.
+/// Reads at most `limit` bytes of the body and says whether `needle` is among them. A small
+/// body is read to its end, so its connection goes back to the pool; a larger one is dropped at
+/// the limit. Returns the bytes read and whether the needle was found.
 pub(crate) async fn read_prefix(
     resp: &mut reqwest::Response,
     limit: usize,
     needle: &[u8],
 ) -> Result<(usize, bool), reqwest::Error> {
-    if needle.is_empty() {
-        return Ok((0, true));
-    }
     let mut buf: Vec<u8> = Vec::with_capacity(limit.min(16 * 1024));
+    let mut found = needle.is_empty();
     while buf.len() < limit {
         let Some(chunk) = resp.chunk().await? else {
             break;
@@ -121,11 +120,9 @@ pub(crate) async fn read_prefix(
         let from = buf.len().saturating_sub(needle.len().saturating_sub(1));
         let take = chunk.len().min(limit - buf.len());
         buf.extend_from_slice(&chunk[..take]);
-        if contains(&buf[from..], needle) {
-            return Ok((buf.len(), true));
-        }
+        found = found || contains(&buf[from..], needle);
     }
-    Ok((buf.len(), false))
+    Ok((buf.len(), found))
 }
 
 /// Reads the whole body and throws it away; returns its length.

@@ -23,6 +23,9 @@ use crate::http;
 /// How much of the body is searched by default: 64 KiB.
 pub const DEFAULT_MAX_BODY: usize = 64 * 1024;
 
+/// A probe's default deadline, as [`Target::new`] sets it: 3 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// A [`HealthCheck`] that fetches a target over HTTP from one runner (region).
 ///
 /// ```no_run
@@ -103,7 +106,7 @@ impl HttpProbe {
                 expected: target.expect_body.clone(),
             }),
             Err(e) => fail(match http::classify(&e) {
-                FailReason::Timeout => FailReason::Timeout,
+                r @ (FailReason::Timeout | FailReason::Body { .. }) => r,
                 other => FailReason::Body {
                     detail: other.to_string(),
                 },
@@ -227,5 +230,27 @@ impl HttpProbeBuilder {
     }
 }
 
-/// The default deadline of a probe: 3 s.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use multicdn_core::ProviderId;
+
+    #[test]
+    fn the_default_deadline_is_the_one_targets_get() {
+        let t = Target::new(
+            ProviderId::new("fastly").unwrap(),
+            "https://a.example.net/h",
+            "ok",
+        );
+        assert_eq!(t.timeout, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn an_empty_body_limit_is_refused() {
+        let e = HttpProbe::builder(RegionId::new("eu-west").unwrap())
+            .max_body_bytes(0)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("max_body_bytes"), "{e}");
+    }
+}

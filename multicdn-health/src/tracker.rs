@@ -164,21 +164,29 @@ impl HealthTracker {
         })
     }
 
+    fn unknown(&self, provider: &ProviderId) -> HealthError {
+        HealthError::UnknownProvider {
+            provider: provider.clone(),
+            known: self
+                .providers
+                .keys()
+                .map(ProviderId::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
     fn entry(&mut self, provider: &ProviderId) -> Result<&mut Entry, HealthError> {
         if !self.providers.contains_key(provider) {
-            return Err(HealthError::UnknownProvider {
-                provider: provider.clone(),
-                known: self
-                    .providers
-                    .keys()
-                    .map(ProviderId::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
+            return Err(self.unknown(provider));
         }
+        // Present, as just checked.
         self.providers
             .get_mut(provider)
-            .ok_or_else(|| HealthError::config("providers", "provider vanished"))
+            .ok_or_else(|| HealthError::UnknownProvider {
+                provider: provider.clone(),
+                known: String::new(),
+            })
     }
 
     /// Records one observation, from this process or from a runner anywhere else. It replaces

@@ -53,6 +53,26 @@ async fn passes_on_the_expected_status_and_content_and_says_who_served_it() {
 }
 
 #[tokio::test]
+async fn successive_probes_reuse_one_connection() {
+    let edge = TestEdge::start("fastly").await;
+    let p = probe();
+    for _ in 0..3 {
+        assert!(
+            p.check(&target(&edge, "/_health/v3.txt"))
+                .await
+                .unwrap()
+                .passed()
+        );
+    }
+    let peers: Vec<_> = edge.requests().iter().map(|r| r.peer).collect();
+    assert_eq!(peers.len(), 3);
+    assert!(
+        peers.iter().all(|p| *p == peers[0]),
+        "one connection, reused: {peers:?}"
+    );
+}
+
+#[tokio::test]
 async fn sends_no_cache_and_the_sites_host_to_the_edge() {
     let edge = TestEdge::start("fastly").await;
     let o = probe().check(&target(&edge, "/host-gated")).await.unwrap();

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use multicdn_core::{
@@ -47,6 +47,8 @@ static SEQUENCE: AtomicUsize = AtomicUsize::new(0);
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
     pub seq: usize,
+    /// The client's address: the same for requests over one connection.
+    pub peer: SocketAddr,
     pub path: String,
     pub headers: HeaderMap,
 }
@@ -84,6 +86,7 @@ impl TestEdge {
             .fallback(handle)
             .with_state(state.clone());
         tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             let _ = axum::serve(listener, app).await;
         });
         TestEdge { addr, state }
@@ -127,10 +130,15 @@ impl TestEdge {
     }
 }
 
-async fn handle(State(state): State<Arc<EdgeState>>, req: Request) -> Response {
+async fn handle(
+    State(state): State<Arc<EdgeState>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Response {
     let path = req.uri().path().to_owned();
     state.requests.lock().unwrap().push(SeenRequest {
         seq: SEQUENCE.fetch_add(1, Ordering::SeqCst),
+        peer,
         path: path.clone(),
         headers: req.headers().clone(),
     });
