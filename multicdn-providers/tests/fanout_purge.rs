@@ -144,7 +144,7 @@ async fn one_provider_failing_yields_the_error_and_the_demotion_event_while_the_
     // The error names the provider and the items.
     let text = err.to_string();
     assert!(
-        text.contains("cloudflare missed 2 tags (price-1, price-2)"),
+        text.contains("purge missed on cloudflare: 2 tags (price-1, price-2) not purged"),
         "{text}"
     );
     assert!(text.contains("authentication failed"), "{text}");

@@ -433,3 +433,18 @@ fn debug_never_shows_the_token() {
     let d = format!("{p:?}");
     assert!(!d.contains(FASTLY_TOKEN) && d.contains("[redacted]"), "{d}");
 }
+
+#[test]
+fn a_token_a_header_cannot_carry_is_refused_without_printing_it() {
+    let e = FastlyPurger::new(
+        pid("fastly"),
+        "example.map.fastly.net",
+        SERVICE,
+        Secret::new("tok-secret\n"),
+        "http://127.0.0.1:9",
+        HttpSettings::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidRequest { .. }), "{e:?}");
+    assert!(!format!("{e} {e:?}").contains("tok-secret"), "{e:?}");
+}

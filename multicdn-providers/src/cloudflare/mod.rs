@@ -26,7 +26,7 @@ pub use limits::{CloudflareLimits, MAX_ITEMS_PER_REQUEST, MAX_URLS_PER_REQUEST_E
 use crate::fanout::batch::{Acked, dedupe, send_batches};
 use crate::fanout::{KindPacing, Pacing};
 use crate::http::{
-    Answer, HttpSettings, Pacer, Sent, VendorHttp, encode_segment, parse_retry_after,
+    Answer, HttpSettings, Pacer, Sent, VendorHttp, encode_segment, parse_retry_after, secret_header,
 };
 
 /// Cloudflare's API.
@@ -42,6 +42,8 @@ pub struct CloudflarePurger {
     edge_host: String,
     zone_id: String,
     token: Secret,
+    /// `Authorization: Bearer ...`, built once and marked sensitive.
+    bearer: http::HeaderValue,
     http: VendorHttp,
     limits: CloudflareLimits,
     purge: Pacer,
@@ -82,9 +84,11 @@ impl CloudflarePurger {
                 ),
             });
         }
+        let bearer = secret_header(&id, &format!("Bearer {}", token.expose()))?;
         let http = VendorHttp::new(id.clone(), base_url, settings)?
             .with_pacer(Pacer::new("cloudflare-global", limits.global));
         Ok(CloudflarePurger {
+            bearer,
             edge_host: edge_host.into(),
             zone_id,
             token,
@@ -291,13 +295,9 @@ impl CloudflarePurger {
                 &label,
                 &[(&self.purge, 1)],
                 || {
-                    let mut auth =
-                        http::HeaderValue::from_str(&format!("Bearer {}", self.token.expose()))
-                            .unwrap_or_else(|_| http::HeaderValue::from_static(""));
-                    auth.set_sensitive(true);
                     self.http
                         .request(Method::POST, &path)
-                        .header("Authorization", auth)
+                        .header("Authorization", self.bearer.clone())
                         .json(&body)
                 },
                 |answer| Ok(self.read(&label, answer)?.into_iter().collect()),

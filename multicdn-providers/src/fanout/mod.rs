@@ -15,6 +15,58 @@
 //! [`PurgeFanout::purge_queued`] is for large imports: thousands of tags fed through at the
 //! slowest provider's ceiling (every provider's budgets at once, so none is sent faster than
 //! it accepts), with a progress callback, rather than discovering the limit with 429s.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use multicdn_core::{Error, ProviderId, PurgeReceipt, PurgeRequest, Purger};
+//! use multicdn_providers::fanout::{FanoutMember, Pacing, PurgeFanout};
+//!
+//! /// A purger that acknowledges everything (stands in for Fastly or Cloudflare).
+//! #[derive(Debug)]
+//! struct Acks(ProviderId);
+//!
+//! #[async_trait::async_trait]
+//! impl Purger for Acks {
+//!     fn provider(&self) -> &ProviderId {
+//!         &self.0
+//!     }
+//!     async fn purge(&self, r: &PurgeRequest) -> Result<PurgeReceipt, Error> {
+//!         let n = r.scope.items().len();
+//!         Ok(PurgeReceipt::new(self.0.clone(), vec![], n, 1, 1, Default::default()))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let member = |name: &str, per_request| {
+//!     let p = Acks(ProviderId::new(name).unwrap());
+//!     FanoutMember::new(Arc::new(p), Pacing::unlimited(per_request))
+//! };
+//! let fanout = PurgeFanout::new(vec![member("fastly", 256), member("cloudflare", 100)]);
+//! let report = fanout.purge(&PurgeRequest::tags(["price-42"])).await.unwrap();
+//! assert_eq!(report.receipts.len(), 2);
+//! println!("providers may disagree for up to {:?}", report.worst_acknowledged_in);
+//! # }
+//! ```
+//!
+//! With the real adapters, each brings its own pacing:
+//!
+//! ```no_run
+//! # use multicdn_core::{Policy, ProviderId};
+//! # use multicdn_providers::cloudflare::CloudflarePurger;
+//! # use multicdn_providers::fanout::{FanoutMember, PurgeFanout};
+//! # use multicdn_providers::fastly::FastlyPurger;
+//! # use multicdn_providers::http::HttpSettings;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let policy = Policy::load("policy.yaml")?;
+//! let id = |s: &str| ProviderId::new(s);
+//! let fastly = FastlyPurger::from_spec_env(id("fastly")?, &policy.providers[&id("fastly")?], None, HttpSettings::default())?;
+//! let cloudflare = CloudflarePurger::from_spec_env(id("cloudflare")?, &policy.providers[&id("cloudflare")?], None, HttpSettings::default())?;
+//! let fanout = PurgeFanout::new(vec![FanoutMember::fastly(fastly), FanoutMember::cloudflare(cloudflare)]);
+//! # let _ = fanout;
+//! # Ok(())
+//! # }
+//! ```
 
 pub(crate) mod batch;
 mod pacing;
@@ -228,7 +280,7 @@ fn describe(failures: &[ProviderFailure]) -> String {
                     shown.join(", ")
                 )
             };
-            format!("{} missed {items}: {}", f.provider, f.error)
+            format!("{}: {items} not purged: {}", f.provider, f.error)
         })
         .collect::<Vec<_>>()
         .join("; ")

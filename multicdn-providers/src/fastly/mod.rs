@@ -26,7 +26,7 @@ pub use limits::{FastlyLimits, MAX_KEYS_PER_BATCH, hourly};
 
 use crate::fanout::batch::{Acked, dedupe, send_batches};
 use crate::fanout::{KindPacing, Pacing};
-use crate::http::{Answer, HttpSettings, Pacer, Sent, VendorHttp};
+use crate::http::{Answer, HttpSettings, Pacer, Sent, VendorHttp, secret_header};
 
 /// Fastly's API.
 pub const DEFAULT_BASE_URL: &str = "https://api.fastly.com";
@@ -41,6 +41,8 @@ pub struct FastlyPurger {
     edge_host: String,
     service_id: String,
     token: Secret,
+    /// `Fastly-Key`, built once and marked sensitive.
+    key: http::HeaderValue,
     http: VendorHttp,
     limits: FastlyLimits,
     purges: Pacer,
@@ -80,9 +82,11 @@ impl FastlyPurger {
                 ),
             });
         }
+        let key = secret_header(&id, token.expose())?;
         let http = VendorHttp::new(id.clone(), base_url, settings)?;
         let limits = FastlyLimits::default();
         Ok(FastlyPurger {
+            key,
             edge_host: edge_host.into(),
             service_id,
             token,
@@ -205,13 +209,10 @@ impl FastlyPurger {
     }
 
     fn post(&self, path: &str, soft: bool) -> RequestBuilder {
-        let mut key = http::HeaderValue::from_str(self.token.expose())
-            .unwrap_or_else(|_| http::HeaderValue::from_static(""));
-        key.set_sensitive(true);
         let mut req = self
             .http
             .request(Method::POST, path)
-            .header("Fastly-Key", key)
+            .header("Fastly-Key", self.key.clone())
             .header("Accept", "application/json");
         if soft {
             req = req.header("Fastly-Soft-Purge", "1");

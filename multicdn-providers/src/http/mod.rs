@@ -356,6 +356,18 @@ impl VendorHttp {
     }
 }
 
+/// A header value carrying a credential, marked sensitive so the HTTP stack never prints it.
+/// `Err` (naming the provider, never the value) when the credential holds characters a header
+/// cannot carry, such as a newline from a badly quoted variable.
+pub fn secret_header(provider: &ProviderId, value: &str) -> Result<http::HeaderValue, Error> {
+    let mut v = http::HeaderValue::from_str(value).map_err(|_| Error::InvalidRequest {
+        provider: provider.clone(),
+        message: "the API token holds characters an HTTP header cannot carry (a newline or a quote from the environment?)".to_owned(),
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
 /// The error and its sources, joined: reqwest's top-level message alone hides the cause.
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
