@@ -168,7 +168,7 @@ fn every_cache_policy_field_changes_the_output_in_the_expected_place() {
         ),
         (
             "routes[2].ttl_edge",
-            |c| c.routes[2].ttl_edge = Some(Dur::secs(600)),
+            |c| c.routes[2].ttl_edge = Some(Dur::secs(7200)),
             &["multicdn-fetch-ttl"],
             &["multicdn-cache-route-2"],
         ),
@@ -468,5 +468,37 @@ fn an_explicit_route_cache_control_replaces_the_derived_one() {
             .unwrap()
             .action_parameters["headers"]["Cache-Control"]["value"],
         "public, max-age=5"
+    );
+}
+
+#[test]
+fn an_edge_ttl_under_the_plans_minimum_is_rendered_as_written_and_reported() {
+    let mut c = seed();
+    c.routes[2].ttl_edge = Some(Dur::secs(600));
+    let pro = cloudflare(&c);
+    assert_eq!(
+        pro.cache_rules
+            .rule("multicdn-cache-route-2")
+            .unwrap()
+            .action_parameters["edge_ttl"]["default"],
+        600
+    );
+    let w = pro
+        .warnings
+        .iter()
+        .find(|w| w.feature == "cache.routes[2].ttl_edge")
+        .unwrap();
+    assert!(w.why.contains("3600s"), "{}", w.why);
+    let business = render_cloudflare(
+        &c,
+        CloudflareTarget::new(CloudflarePlan::Business),
+        RenderMode::Lenient,
+    )
+    .unwrap();
+    assert!(
+        business
+            .warnings
+            .iter()
+            .all(|w| w.feature != "cache.routes[2].ttl_edge")
     );
 }
