@@ -396,3 +396,27 @@ async fn fastly_errors_name_the_request_and_never_the_token() {
     assert!(shown.contains("credentials are missing"), "{shown}");
     assert!(!shown.contains(TOKEN), "{shown}");
 }
+
+#[tokio::test]
+async fn a_validation_verdict_sent_as_http_400_is_still_a_validation_failure() {
+    let server = MockServer::start().await;
+    let r = rendering();
+    mount_reads(&server, 3, drifted(&r)).await;
+    mount_writes(
+        &server,
+        ResponseTemplate::new(400).set_body_json(json!({
+            "status": "error",
+            "msg": "Compilation failed",
+            "errors": ["Unknown variable 'beresp.stale_if_error'"],
+        })),
+        0,
+    )
+    .await;
+    let d = deployer(&server);
+    let plan = d.plan(&r).await.unwrap();
+    let err = d.apply(&plan, true).await.unwrap_err();
+    assert!(
+        matches!(&err, DeployError::ValidationFailed { version: 4, errors, .. } if errors[0].contains("Unknown variable")),
+        "{err}"
+    );
+}

@@ -260,6 +260,30 @@ impl FastlyDeployer {
         Ok(sent.value)
     }
 
+    /// Fastly's verdict on a draft: `{"status":"ok"}` or `{"status":"error","msg",...}`, read
+    /// from a 2xx answer or from a 400 that carries a verdict (a plain error otherwise).
+    async fn validation(&self, path: &str) -> Result<Value, Error> {
+        let label = format!("GET {path}");
+        let sent = self
+            .http
+            .send(
+                &label,
+                || self.request(Method::GET, path),
+                |answer| {
+                    if answer.status.as_u16() == 400 {
+                        if let Ok(v) = serde_json::from_slice::<Value>(&answer.body) {
+                            if v.get("status").and_then(Value::as_str).is_some() {
+                                return Ok(v);
+                            }
+                        }
+                    }
+                    self.read_json(&label, answer)
+                },
+            )
+            .await?;
+        Ok(sent.value)
+    }
+
     /// The active version, or `None` with the latest version when none is active.
     pub async fn versions(&self) -> Result<(Option<u32>, u32), Error> {
         let path = format!("/service/{}/version", self.service_id);
@@ -417,7 +441,7 @@ impl FastlyDeployer {
             }
         }
         let validate = format!("/service/{sid}/version/{draft}/validate");
-        let verdict = self.call(Method::GET, &validate, None).await?;
+        let verdict = self.validation(&validate).await?;
         match verdict.get("status").and_then(Value::as_str) {
             Some("ok") => {}
             Some(_) => {
