@@ -534,3 +534,83 @@ mod tests {
         assert!(countries_of(Continent::Antarctica).contains(&"AQ".to_owned()));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    fn providers() -> Vec<ProviderId> {
+        ["a", "b", "c"]
+            .iter()
+            .map(|p| ProviderId::new(p).unwrap())
+            .collect()
+    }
+
+    /// Any split in basis points, zeros included.
+    fn split() -> impl Strategy<Value = Weights> {
+        prop::collection::vec(0u32..=10_000, 3).prop_filter_map("needs a share", |raw| {
+            (raw.iter().sum::<u32>() > 0).then(|| {
+                let bp = multicdn_core::weights::largest_remainder(&raw, TOTAL_BP);
+                Weights::new(providers().into_iter().zip(bp)).unwrap()
+            })
+        })
+    }
+
+    const PLACES: [&str; 6] = ["AS7922", "AS3320", "DE", "continent:AS", "EU", "BR"];
+
+    fn plan() -> impl Strategy<Value = SteeringPlan> {
+        prop::collection::vec(split(), 1..=7).prop_map(|splits| {
+            let n = splits.len();
+            SteeringPlan {
+                record: "www.example.com".into(),
+                ttl: Duration::from_secs(30),
+                cohorts: splits
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, weights)| CohortPlan {
+                        cohort: CohortId::new(&format!("c{i}")).unwrap(),
+                        networks: vec![if i + 1 == n { "*" } else { PLACES[i] }.parse().unwrap()],
+                        weights,
+                    })
+                    .collect(),
+            }
+        })
+    }
+
+    fn inputs() -> RecordInputs {
+        RecordInputs {
+            zone: "example.com".into(),
+            edges: providers()
+                .into_iter()
+                .map(|p| (p.clone(), format!("{p}.edge.net")))
+                .collect(),
+            feeds: providers()
+                .into_iter()
+                .map(|p| (p.clone(), format!("feed-{p}")))
+                .collect(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn any_plan_reads_back_exactly_and_every_group_has_an_always_up_answer(plan in plan()) {
+            let record = build_record(&plan, &inputs()).unwrap();
+            let json = serde_json::to_string(&record).unwrap();
+            let back: Ns1Record = serde_json::from_str(&json).unwrap();
+            prop_assert_eq!(&back, &record);
+            let state = read_state(&back, &inputs().edges);
+            prop_assert!(multicdn_core::SteeringDiff::between(&state, &plan).is_empty());
+            for group in record.regions.keys() {
+                prop_assert!(record.answers.iter().any(|a| a.region.as_ref() == Some(group) && a.meta["up"] == json!(true)));
+            }
+            // Groups appear in answer order from most to least specific.
+            let order: Vec<&str> = record.answers.iter().filter_map(|a| a.region.as_deref()).collect();
+            let catch_all = plan.cohorts.last().unwrap().cohort.as_str();
+            prop_assert_eq!(*order.last().unwrap(), catch_all);
+        }
+    }
+}

@@ -398,3 +398,117 @@ mod tests {
         assert!(e.contains("Failover"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::super::layout::{LayoutInputs, desired_sets, read_state};
+    use super::*;
+    use multicdn_core::{
+        CohortId, CohortPlan, NetworkKey, ProviderId, SteeringDiff, SteeringPlan, Weights,
+    };
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    const COUNTRIES: [&str; 8] = ["DE", "FR", "GB", "US", "CA", "JP", "AU", "BR"];
+
+    fn providers() -> Vec<ProviderId> {
+        ["a", "b", "c"]
+            .iter()
+            .map(|p| ProviderId::new(p).unwrap())
+            .collect()
+    }
+
+    fn inputs() -> LayoutInputs {
+        LayoutInputs {
+            zone: "example.com".into(),
+            edges: providers()
+                .into_iter()
+                .map(|p| (p.clone(), format!("{p}.edge.net")))
+                .collect(),
+            health_checks: BTreeMap::new(),
+        }
+    }
+
+    /// Whole-percent splits over one to three providers; at least 1% or exactly 0 each.
+    fn split() -> impl Strategy<Value = Weights> {
+        prop::collection::vec(0u32..=100, 3).prop_filter_map("needs a share", |raw| {
+            let sum: u32 = raw.iter().sum();
+            (sum > 0).then(|| {
+                let pct = multicdn_core::weights::largest_remainder(&raw, 100);
+                Weights::new(
+                    providers()
+                        .into_iter()
+                        .zip(pct.into_iter().map(|x| x * 100)),
+                )
+                .unwrap()
+            })
+        })
+    }
+
+    /// Up to eight country cohorts (each country used once) and the default.
+    fn plan() -> impl Strategy<Value = SteeringPlan> {
+        (prop::collection::vec(split(), 1..=8), 1u64..=3600).prop_map(|(splits, ttl)| {
+            let n = splits.len();
+            let cohorts = splits
+                .into_iter()
+                .enumerate()
+                .map(|(i, weights)| CohortPlan {
+                    cohort: CohortId::new(&format!("c{i}")).unwrap(),
+                    networks: if i + 1 == n {
+                        vec![NetworkKey::Global]
+                    } else {
+                        vec![COUNTRIES[i].parse().unwrap()]
+                    },
+                    weights,
+                })
+                .collect();
+            SteeringPlan {
+                record: "www.example.com".into(),
+                ttl: Duration::from_secs(ttl),
+                cohorts,
+            }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn any_plan_reads_back_as_itself_and_reapplies_as_nothing(plan in plan()) {
+            let sets = desired_sets(&plan, &inputs()).unwrap();
+            let state = read_state("www.example.com", &sets);
+            prop_assert!(SteeringDiff::between(&state, &plan).is_empty());
+            prop_assert!(diff_sets("www.example.com", &sets, &sets).unwrap().is_empty());
+            for cohort in &plan.cohorts {
+                let pool: u32 = sets
+                    .iter()
+                    .filter(|s| s.name.starts_with(&format!("{}.", cohort.cohort)))
+                    .filter_map(|s| s.weight)
+                    .sum();
+                prop_assert_eq!(pool, 255);
+            }
+        }
+
+        #[test]
+        fn between_any_two_plans_targets_come_before_pointers(a in plan(), b in plan()) {
+            let before = desired_sets(&a, &inputs()).unwrap();
+            let after = desired_sets(&b, &inputs()).unwrap();
+            let diff = diff_sets("www.example.com", &before, &after).unwrap();
+            // Applying the changes in order never leaves a geolocation set pointing at a pool
+            // with no sets.
+            let mut live: Vec<RecordSet> = before.clone();
+            for c in &diff.changes {
+                live.retain(|s| s.key() != c.set.key());
+                if c.action != Action::Delete {
+                    live.push(c.set.clone());
+                }
+                for geo in live.iter().filter(|s| s.geo.is_some()) {
+                    prop_assert!(live.iter().any(|p| p.weight.is_some() && p.name == geo.values[0]));
+                }
+            }
+            let state = read_state("www.example.com", &live);
+            prop_assert!(SteeringDiff::between(&state, &b).is_empty());
+            prop_assert!(diff.batches().iter().all(|b| b.iter().map(Change::record_count).sum::<usize>() <= MAX_RECORDS_PER_BATCH));
+        }
+    }
+}

@@ -70,20 +70,23 @@ impl AwsCredentials {
     /// The standard variables: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and, when set,
     /// `AWS_SESSION_TOKEN`.
     pub fn from_env() -> Result<AwsCredentials, Error> {
+        AwsCredentials::from_lookup(|var| Secret::from_env(var))
+    }
+
+    /// The same variables read through `lookup` (an empty value counts as unset).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<Secret>) -> Result<AwsCredentials, Error> {
+        let read = |var: &str| lookup(var).filter(|s| !s.expose().is_empty());
         let missing = |var: &str| Error::InvalidRequest {
             provider: provider_id(),
             message: format!(
                 "{var} is not set: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or pass credentials explicitly"
             ),
         };
-        let id =
-            Secret::from_env("AWS_ACCESS_KEY_ID").ok_or_else(|| missing("AWS_ACCESS_KEY_ID"))?;
-        let secret = Secret::from_env("AWS_SECRET_ACCESS_KEY")
-            .ok_or_else(|| missing("AWS_SECRET_ACCESS_KEY"))?;
         Ok(AwsCredentials {
-            access_key_id: id,
-            secret_access_key: secret,
-            session_token: Secret::from_env("AWS_SESSION_TOKEN"),
+            access_key_id: read("AWS_ACCESS_KEY_ID").ok_or_else(|| missing("AWS_ACCESS_KEY_ID"))?,
+            secret_access_key: read("AWS_SECRET_ACCESS_KEY")
+                .ok_or_else(|| missing("AWS_SECRET_ACCESS_KEY"))?,
+            session_token: read("AWS_SESSION_TOKEN"),
         })
     }
 
@@ -616,6 +619,34 @@ mod tests {
             ),
             format!("{scope}4307f02171ddd680716cbc28f55a5e67856f2e758cdd3a8e8cc863bdc5db1aa7")
         );
+    }
+
+    #[test]
+    fn credentials_come_from_the_standard_variables() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| Secret::new(*v))
+            }
+        };
+        let c = AwsCredentials::from_lookup(env(&[
+            ("AWS_ACCESS_KEY_ID", "AKIA1"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("AWS_SESSION_TOKEN", "t"),
+        ]))
+        .unwrap();
+        assert_eq!(c.session_token.as_ref().map(Secret::expose), Some("t"));
+        let e = AwsCredentials::from_lookup(env(&[
+            ("AWS_ACCESS_KEY_ID", "AKIA1"),
+            ("AWS_SECRET_ACCESS_KEY", ""),
+        ]))
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("AWS_SECRET_ACCESS_KEY is not set"),
+            "{e}"
+        );
+        assert_eq!(provider_id().as_str(), "route53");
     }
 
     #[test]
