@@ -374,3 +374,33 @@ async fn a_provider_failing_in_a_queued_purge_is_dropped_and_demoted_once_while_
     assert!(rx.try_recv().is_err());
     assert_eq!(failed_seen, [1, 1, 1, 1, 1]);
 }
+
+#[tokio::test]
+async fn a_malformed_item_is_refused_everywhere_before_anything_is_sent() {
+    // A key with a space is a valid Cloudflare tag but not a Fastly surrogate key: purging it
+    // on Cloudflare alone would leave the providers disagreeing, so nothing is sent.
+    let f = fastly_ok(0).await;
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_success())
+        .expect(0)
+        .mount(&cf)
+        .await;
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri()));
+    let err = fanout
+        .purge(&PurgeRequest::tags(["ok", "has space"]))
+        .await
+        .unwrap_err();
+    let FanoutError::Refused { errors, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert!(
+        matches!(&errors[0], Error::InvalidRequest { provider, .. } if provider.as_str() == "fastly")
+    );
+    assert!(err.to_string().contains("whitespace"), "{err}");
+    let queued = fanout
+        .purge_queued(&PurgeRequest::tags(["has space"]), |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(queued, FanoutError::Refused { .. }), "{queued:?}");
+}

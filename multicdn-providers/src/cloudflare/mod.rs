@@ -23,7 +23,7 @@ use reqwest::Method;
 
 pub use limits::{CloudflareLimits, MAX_ITEMS_PER_REQUEST, MAX_URLS_PER_REQUEST_ENTERPRISE};
 
-use crate::fanout::batch::{Acked, dedupe, send_batches};
+use crate::fanout::batch::{Acked, chunks, send_batches};
 use crate::fanout::{KindPacing, Pacing};
 use crate::http::{
     Answer, HttpSettings, Pacer, Sent, VendorHttp, encode_segment, parse_retry_after, secret_header,
@@ -197,6 +197,30 @@ impl CloudflarePurger {
             .with_soft(false, false)
     }
 
+    /// Checks `request` without sending anything: no soft purge, every item well formed for
+    /// its kind. [`Purger::purge`] does this first; the fan-out does it for every provider
+    /// before sending to any.
+    pub fn validate(&self, request: &PurgeRequest) -> Result<(), Error> {
+        if let Err(feature) = self.pacing().check(request) {
+            return Err(Error::Unsupported {
+                provider: self.id.clone(),
+                feature: format!(
+                    "{feature} (Cloudflare always evicts; send the purge with soft = false)"
+                ),
+            });
+        }
+        let kind = request.scope.kind();
+        match request
+            .scope
+            .items()
+            .iter()
+            .find_map(|i| invalid_item(kind, i))
+        {
+            Some(why) => Err(self.invalid(format!("{why}; nothing was purged"))),
+            None => Ok(()),
+        }
+    }
+
     fn invalid(&self, message: String) -> Error {
         Error::InvalidRequest {
             provider: self.id.clone(),
@@ -346,15 +370,8 @@ impl Purger for CloudflarePurger {
 
     async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReceipt, Error> {
         let watch = Stopwatch::start();
+        self.validate(request)?;
         let pacing = self.pacing();
-        if let Err(feature) = pacing.check(request) {
-            return Err(Error::Unsupported {
-                provider: self.id.clone(),
-                feature: format!(
-                    "{feature} (Cloudflare always evicts; send the purge with soft = false)"
-                ),
-            });
-        }
         let kind = request.scope.kind();
         if matches!(request.scope, PurgeScope::Everything) {
             let sent = self.send(kind, Vec::new()).await?;
@@ -365,16 +382,13 @@ impl Purger for CloudflarePurger {
             };
             return Ok(self.receipt(0, acked, watch));
         }
-        let items = dedupe(request.scope.items());
-        if let Some(why) = items.iter().find_map(|i| invalid_item(kind, i)) {
-            return Err(self.invalid(format!("{why}; nothing was purged")));
-        }
         let per_request = pacing
             .for_scope(&request.scope)
             .map_or(MAX_ITEMS_PER_REQUEST, |k| k.per_request);
-        let batches: Vec<Vec<String>> = items.chunks(per_request).map(<[String]>::to_vec).collect();
+        let batches = chunks(request.scope.items(), per_request);
+        let items: usize = batches.iter().map(Vec::len).sum();
         let acked = send_batches(batches, self.in_flight, |batch| self.send(kind, batch)).await?;
-        Ok(self.receipt(items.len(), acked, watch))
+        Ok(self.receipt(items, acked, watch))
     }
 }
 

@@ -19,6 +19,14 @@ pub(crate) fn dedupe(items: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The items, deduplicated in order, in requests of at most `per_request` (at least 1).
+pub(crate) fn chunks(items: &[String], per_request: usize) -> Vec<Vec<String>> {
+    dedupe(items)
+        .chunks(per_request.max(1))
+        .map(<[String]>::to_vec)
+        .collect()
+}
+
 /// What a batched purge acknowledged.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Acked {
@@ -56,6 +64,22 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn chunks_cover_every_distinct_item_once_within_the_limit(
+            items in proptest::collection::vec("[a-e]{1,2}", 0..300),
+            per_request in 0usize..300,
+        ) {
+            let got = chunks(&items, per_request);
+            let flat: Vec<String> = got.iter().flatten().cloned().collect();
+            prop_assert_eq!(flat, dedupe(&items));
+            prop_assert!(got.iter().all(|c| !c.is_empty() && c.len() <= per_request.max(1)));
+            let distinct = dedupe(&items).len();
+            prop_assert_eq!(got.len(), distinct.div_ceil(per_request.max(1)));
+        }
+    }
 
     #[test]
     fn dedupe_keeps_the_first_of_each_in_order() {

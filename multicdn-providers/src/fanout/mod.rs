@@ -112,11 +112,16 @@ pub(crate) fn token_from_env(id: &ProviderId, spec: &ProviderSpec) -> Result<Sec
     })
 }
 
-/// One provider in a fan-out: its purger and how it is batched and paced.
+/// Checks a purge without sending it (an adapter's `validate`).
+pub type Validator = Arc<dyn Fn(&PurgeRequest) -> Result<(), Error> + Send + Sync>;
+
+/// One provider in a fan-out: its purger, how it is batched and paced, and optionally how a
+/// purge is checked before anything is sent.
 #[derive(Clone)]
 pub struct FanoutMember {
     purger: Arc<dyn Purger>,
     pacing: Pacing,
+    validate: Option<Validator>,
 }
 
 impl fmt::Debug for FanoutMember {
@@ -124,6 +129,7 @@ impl fmt::Debug for FanoutMember {
         f.debug_struct("FanoutMember")
             .field("purger", &self.purger)
             .field("pacing", &self.pacing)
+            .field("validates", &self.validate.is_some())
             .finish()
     }
 }
@@ -131,21 +137,39 @@ impl fmt::Debug for FanoutMember {
 impl FanoutMember {
     /// A member: `purger`, batched and paced as `pacing` says.
     pub fn new(purger: Arc<dyn Purger>, pacing: Pacing) -> FanoutMember {
-        FanoutMember { purger, pacing }
+        FanoutMember {
+            purger,
+            pacing,
+            validate: None,
+        }
+    }
+
+    /// Checks every purge with `validate` before anything is sent to any provider, so a
+    /// malformed item is refused everywhere rather than purged on some providers only.
+    pub fn with_validator(
+        mut self,
+        validate: impl Fn(&PurgeRequest) -> Result<(), Error> + Send + Sync + 'static,
+    ) -> FanoutMember {
+        self.validate = Some(Arc::new(validate));
+        self
     }
 
     /// A Fastly member, with the purger's own pacing.
     #[cfg(feature = "fastly")]
     pub fn fastly(purger: crate::fastly::FastlyPurger) -> FanoutMember {
         let pacing = purger.pacing();
-        FanoutMember::new(Arc::new(purger), pacing)
+        let purger = Arc::new(purger);
+        let check = purger.clone();
+        FanoutMember::new(purger, pacing).with_validator(move |r| check.validate(r))
     }
 
     /// A Cloudflare member, with the purger's own pacing.
     #[cfg(feature = "cloudflare")]
     pub fn cloudflare(purger: crate::cloudflare::CloudflarePurger) -> FanoutMember {
         let pacing = purger.pacing();
-        FanoutMember::new(Arc::new(purger), pacing)
+        let purger = Arc::new(purger);
+        let check = purger.clone();
+        FanoutMember::new(purger, pacing).with_validator(move |r| check.validate(r))
     }
 
     /// The provider.
@@ -436,13 +460,13 @@ impl PurgeFanout {
             .members
             .iter()
             .filter_map(|m| {
-                m.pacing
-                    .check(request)
-                    .err()
-                    .map(|feature| Error::Unsupported {
+                if let Err(feature) = m.pacing.check(request) {
+                    return Some(Error::Unsupported {
                         provider: m.provider().clone(),
                         feature,
-                    })
+                    });
+                }
+                m.validate.as_ref().and_then(|v| v(request).err())
             })
             .collect();
         if errors.is_empty() {
@@ -451,7 +475,7 @@ impl PurgeFanout {
         let names: Vec<String> = errors.iter().map(ToString::to_string).collect();
         Err(FanoutError::Refused {
             reason: format!(
-                "{}; purge by tags or URLs (without soft) works on every provider",
+                "{}; purge by tags or URLs (without soft) works on every provider, with well-formed items",
                 names.join("; ")
             ),
             errors,
@@ -488,10 +512,7 @@ impl PurgeFanout {
             .pacing
             .for_scope(&request.scope)
             .map_or(1, |k| k.per_request);
-        batch::dedupe(request.scope.items())
-            .chunks(per_request)
-            .map(<[String]>::to_vec)
-            .collect()
+        batch::chunks(request.scope.items(), per_request)
     }
 
     /// One member's share of [`PurgeFanout::purge`]: its chunks, a few at a time; after a
@@ -630,7 +651,7 @@ impl PurgeFanout {
             .map(|k| k.per_request)
             .min()
             .unwrap_or(1);
-        let chunks: Vec<Vec<String>> = items.chunks(chunk_size).map(<[String]>::to_vec).collect();
+        let chunks = batch::chunks(&items, chunk_size);
         let ideal = self
             .ideal_times(request)
             .first()

@@ -24,7 +24,7 @@ use reqwest::{Method, RequestBuilder};
 
 pub use limits::{FastlyLimits, MAX_KEYS_PER_BATCH, hourly};
 
-use crate::fanout::batch::{Acked, dedupe, send_batches};
+use crate::fanout::batch::{Acked, chunks, send_batches};
 use crate::fanout::{KindPacing, Pacing};
 use crate::http::{Answer, HttpSettings, Pacer, Sent, VendorHttp, secret_header};
 
@@ -194,6 +194,24 @@ impl FastlyPurger {
             .with_soft(true, false)
     }
 
+    /// Checks `request` without sending anything: the kind and soft flag are supported, every
+    /// key and URL is well formed. [`Purger::purge`] does this first; the fan-out does it for
+    /// every provider before sending to any.
+    pub fn validate(&self, request: &PurgeRequest) -> Result<(), Error> {
+        if let Err(feature) = self.pacing().check(request) {
+            return Err(self.unsupported(feature));
+        }
+        let why = match &request.scope {
+            PurgeScope::Tags(keys) => keys.iter().find_map(|k| wire::invalid_key(k)),
+            PurgeScope::Urls(urls) => urls.iter().find_map(|u| wire::url_purge_path(u).err()),
+            _ => None,
+        };
+        match why {
+            Some(why) => Err(self.invalid(format!("{why}; nothing was purged"))),
+            None => Ok(()),
+        }
+    }
+
     fn unsupported(&self, feature: String) -> Error {
         Error::Unsupported {
             provider: self.id.clone(),
@@ -343,9 +361,7 @@ impl Purger for FastlyPurger {
 
     async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReceipt, Error> {
         let watch = Stopwatch::start();
-        if let Err(feature) = self.pacing().check(request) {
-            return Err(self.unsupported(feature));
-        }
+        self.validate(request)?;
         let soft = request.soft;
         match &request.scope {
             PurgeScope::Everything => {
@@ -358,32 +374,23 @@ impl Purger for FastlyPurger {
                 Ok(self.receipt(0, acked, watch))
             }
             PurgeScope::Tags(keys) => {
-                let keys = dedupe(keys);
-                if let Some(why) = keys.iter().find_map(|k| wire::invalid_key(k)) {
-                    return Err(self.invalid(format!("{why}; nothing was purged")));
-                }
-                let batches: Vec<Vec<String>> = keys
-                    .chunks(self.limits.keys_per_batch)
-                    .map(<[String]>::to_vec)
-                    .collect();
+                let batches = chunks(keys, self.limits.keys_per_batch);
+                let items = batches.iter().map(Vec::len).sum();
                 let acked = send_batches(batches, self.in_flight, |batch| async move {
                     self.purge_batch(&batch, soft).await
                 })
                 .await?;
-                Ok(self.receipt(keys.len(), acked, watch))
+                Ok(self.receipt(items, acked, watch))
             }
             PurgeScope::Urls(urls) => {
-                let urls = dedupe(urls);
-                if let Some(why) = urls.iter().find_map(|u| wire::url_purge_path(u).err()) {
-                    return Err(self.invalid(format!("{why}; nothing was purged")));
-                }
-                let batches: Vec<Vec<String>> = urls.iter().map(|u| vec![u.clone()]).collect();
+                let batches = chunks(urls, 1);
+                let items = batches.len();
                 let acked = send_batches(batches, self.in_flight, |batch| async move {
                     let url = batch.first().map(String::as_str).unwrap_or_default();
                     self.purge_url(url, soft).await
                 })
                 .await?;
-                Ok(self.receipt(urls.len(), acked, watch))
+                Ok(self.receipt(items, acked, watch))
             }
             other => Err(self.unsupported(format!("purge by {}", other.kind()))),
         }
