@@ -366,3 +366,39 @@ async fn drift_reports_every_rule_that_differs_and_nothing_when_deployed_as_rend
     let clean = d.drift(&r).await.unwrap();
     assert!(clean.is_clean(), "{clean}");
 }
+
+#[tokio::test]
+async fn a_failure_after_one_phase_was_written_says_what_was_written() {
+    let server = MockServer::start().await;
+    let r = rendering();
+    mount_get(&server, CACHE_PHASE, not_found()).await;
+    mount_get(&server, HEADERS_PHASE, not_found()).await;
+    Mock::given(method("PUT"))
+        .and(path(entrypoint(CACHE_PHASE)))
+        .respond_with(ok(json!({"id": "rs", "version": "1", "rules": []})))
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path(entrypoint(HEADERS_PHASE)))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "success": false, "errors": [{"code": 20120, "message": "the expression is invalid"}],
+            "messages": [], "result": null
+        })))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let d = deployer(&server);
+    let plan = d.plan(&r).await.unwrap();
+    let err = d.apply(&plan, true).await.unwrap_err();
+    let DeployError::Partial { done, source } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(done, &format!("{CACHE_PHASE} (version 1)"));
+    assert!(
+        source
+            .to_string()
+            .contains("20120: the expression is invalid"),
+        "{source}"
+    );
+}

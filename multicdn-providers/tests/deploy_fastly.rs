@@ -420,3 +420,42 @@ async fn a_validation_verdict_sent_as_http_400_is_still_a_validation_failure() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_failed_snippet_write_names_the_draft_and_never_activates() {
+    let server = MockServer::start().await;
+    let r = rendering();
+    mount_reads(&server, 3, drifted(&r)).await;
+    Mock::given(method("PUT"))
+        .and(path(format!("/service/{SID}/version/3/clone")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"number": 4})))
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path(format!(
+            "/service/{SID}/version/4/snippet/multicdn-recv-routes"
+        )))
+        .respond_with(
+            ResponseTemplate::new(400).set_body_json(
+                json!({"msg": "Bad request", "detail": "priority must be a number"}),
+            ),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("PUT"))
+        .and(path(format!("/service/{SID}/version/4/activate")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"number": 4})))
+        .expect(0)
+        .mount(&server)
+        .await;
+    let d = deployer(&server);
+    let plan = d.plan(&r).await.unwrap();
+    let err = d.apply(&plan, true).await.unwrap_err();
+    assert!(matches!(err, DeployError::Partial { .. }), "{err}");
+    let shown = err.to_string();
+    assert!(shown.contains("priority must be a number"), "{shown}");
+    assert!(
+        shown.contains("draft version 4 cloned from version 3; version 3 stays active"),
+        "{shown}"
+    );
+}

@@ -388,7 +388,23 @@ impl CloudflareDeployer {
                     || self.request(Method::PUT, &path).json(&body),
                     |a| self.read(&label, a, false),
                 )
-                .await?;
+                .await
+                .map_err(|source| {
+                    if written.is_empty() {
+                        DeployError::Vendor(source)
+                    } else {
+                        DeployError::Partial {
+                            done: written
+                                .iter()
+                                .map(|(phase, v): &(String, Option<String>)| {
+                                    format!("{phase} (version {})", v.as_deref().unwrap_or("?"))
+                                })
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            source,
+                        }
+                    }
+                })?;
             let version = sent
                 .value
                 .as_ref()

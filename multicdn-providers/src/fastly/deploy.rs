@@ -270,12 +270,11 @@ impl FastlyDeployer {
                 &label,
                 || self.request(Method::GET, path),
                 |answer| {
-                    if answer.status.as_u16() == 400 {
-                        if let Ok(v) = serde_json::from_slice::<Value>(&answer.body) {
-                            if v.get("status").and_then(Value::as_str).is_some() {
-                                return Ok(v);
-                            }
-                        }
+                    if answer.status.as_u16() == 400
+                        && let Ok(v) = serde_json::from_slice::<Value>(&answer.body)
+                        && v.get("status").and_then(Value::as_str).is_some()
+                    {
+                        return Ok(v);
                     }
                     self.read_json(&label, answer)
                 },
@@ -416,21 +415,33 @@ impl FastlyDeployer {
                 )
                 .into());
         };
+        let partial = |source: Error| DeployError::Partial {
+            done: format!(
+                "draft version {draft} cloned from version {now}; version {now} stays active unless the failed call was the activation"
+            ),
+            source,
+        };
         let snippets = format!("/service/{sid}/version/{draft}/snippet");
         for change in &plan.changes {
             let named = format!("{snippets}/{}", encode_segment(&change.key));
             match (change.op, &change.rendered) {
                 (ChangeOp::Remove, _) => {
-                    self.call(Method::DELETE, &named, None).await?;
+                    self.call(Method::DELETE, &named, None)
+                        .await
+                        .map_err(partial)?;
                 }
                 (ChangeOp::Add, Some(s)) => {
                     let mut form = fields(s);
                     form.insert(0, ("name", s.name.clone()));
                     form.push(("dynamic", "0".to_owned()));
-                    self.call(Method::POST, &snippets, Some(form)).await?;
+                    self.call(Method::POST, &snippets, Some(form))
+                        .await
+                        .map_err(partial)?;
                 }
                 (ChangeOp::Update, Some(s)) => {
-                    self.call(Method::PUT, &named, Some(fields(s))).await?;
+                    self.call(Method::PUT, &named, Some(fields(s)))
+                        .await
+                        .map_err(partial)?;
                 }
                 (_, None) => {
                     return Err(DeployError::PlanOutdated {
@@ -441,7 +452,7 @@ impl FastlyDeployer {
             }
         }
         let validate = format!("/service/{sid}/version/{draft}/validate");
-        let verdict = self.validation(&validate).await?;
+        let verdict = self.validation(&validate).await.map_err(partial)?;
         match verdict.get("status").and_then(Value::as_str) {
             Some("ok") => {}
             Some(_) => {
@@ -466,7 +477,9 @@ impl FastlyDeployer {
             }
         }
         let activate = format!("/service/{sid}/version/{draft}/activate");
-        self.call(Method::PUT, &activate, None).await?;
+        self.call(Method::PUT, &activate, None)
+            .await
+            .map_err(partial)?;
         Ok(FastlyDeployed::Activated {
             previous: now,
             version: draft,

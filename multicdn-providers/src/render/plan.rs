@@ -192,6 +192,14 @@ pub enum DeployError {
         /// Fastly's individual errors.
         errors: Vec<String>,
     },
+    /// A vendor call failed after some writes had been made: what was done, then the error.
+    #[error("{source}; written before the failure: {done}")]
+    Partial {
+        /// What had been written (`draft version 4 cloned from 3; active version 3 untouched`).
+        done: String,
+        /// The failed call.
+        source: multicdn_core::Error,
+    },
     /// A vendor call failed.
     #[error(transparent)]
     Vendor(#[from] multicdn_core::Error),
