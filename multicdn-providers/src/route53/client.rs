@@ -70,7 +70,7 @@ impl AwsCredentials {
     /// The standard variables: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and, when set,
     /// `AWS_SESSION_TOKEN`.
     pub fn from_env() -> Result<AwsCredentials, Error> {
-        AwsCredentials::from_lookup(|var| Secret::from_env(var))
+        AwsCredentials::from_lookup(Secret::from_env)
     }
 
     /// The same variables read through `lookup` (an empty value counts as unset).
