@@ -402,3 +402,55 @@ async fn a_failure_after_one_phase_was_written_says_what_was_written() {
         "{source}"
     );
 }
+
+#[test]
+fn deployers_are_built_from_the_policys_provider_entries_or_refused_with_the_field() {
+    let p = Policy::load(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/policy.yaml"
+    ))
+    .unwrap();
+    let cf = ProviderId::new("cloudflare").unwrap();
+    let fastly = ProviderId::new("fastly").unwrap();
+    let settings = HttpSettings::default;
+    let token = || Secret::new(TOKEN);
+    assert!(
+        CloudflareDeployer::from_spec(cf.clone(), &p.providers[&cf], token(), None, settings())
+            .is_ok()
+    );
+    assert!(
+        multicdn_providers::fastly::deploy::FastlyDeployer::from_spec(
+            fastly.clone(),
+            &p.providers[&fastly],
+            token(),
+            None,
+            settings()
+        )
+        .is_ok()
+    );
+    let wrong = CloudflareDeployer::from_spec(
+        fastly.clone(),
+        &p.providers[&fastly],
+        token(),
+        None,
+        settings(),
+    )
+    .unwrap_err();
+    assert!(wrong.to_string().contains("not cloudflare"), "{wrong}");
+    let insecure = CloudflareDeployer::new(cf, ZONE, token(), "http://api.example.com", settings())
+        .unwrap_err();
+    assert!(insecure.to_string().contains("plain HTTP"), "{insecure}");
+}
+
+#[tokio::test]
+async fn a_plan_for_another_zone_is_refused_before_anything_is_sent() {
+    let server = MockServer::start().await;
+    mount_get(&server, CACHE_PHASE, not_found()).await;
+    mount_get(&server, HEADERS_PHASE, not_found()).await;
+    let mut plan = deployer(&server).plan(&rendering()).await.unwrap();
+    plan.zone_id = "ffffffffffffffffffffffffffffffff".into();
+    let before = server.received_requests().await.unwrap().len();
+    let err = deployer(&server).apply(&plan, true).await.unwrap_err();
+    assert!(matches!(err, DeployError::PlanOutdated { .. }), "{err}");
+    assert_eq!(server.received_requests().await.unwrap().len(), before);
+}
