@@ -1,21 +1,41 @@
-//! `policy`: validate a multicdn policy file and summarise it.
+//! `policy`: validate a multicdn policy file and summarise it, or render its cache section for
+//! each CDN.
 //!
 //! ```text
 //! cargo run --example policy -- check examples/policy.yaml
+//! cargo run --example policy -- render examples/policy.yaml --provider fastly
+//! cargo run --example policy -- render examples/policy.yaml --out rendered/
 //! ```
 //!
-//! Exit codes: 0 valid, 2 invalid (every problem printed with file:line:column and the field),
-//! 1 the file cannot be read.
+//! `render` prints Fastly VCL snippets and Cloudflare rulesets from the policy's `cache`
+//! section, the same bytes for the same policy (so renderings can be reviewed in version
+//! control), and prints a warning on stderr for every feature a provider cannot express as
+//! written. With `--strict`, a feature a provider cannot express at all is an error. With
+//! `--out DIR`, each rendering is written to `DIR/fastly.vcl` and `DIR/cloudflare.json`.
+//!
+//! Exit codes: 0 valid (check) or rendered (render); 1 the file cannot be read (or `--out`
+//! cannot be written); 2 invalid (every problem printed with file:line:column and the field),
+//! or a rendering refused (strict mode, or a never-cached route a provider cannot express).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use multicdn_core::ProviderKind;
 use multicdn_core::policy::{Policy, PolicyError};
+use multicdn_providers::render::RenderMode;
+use multicdn_providers::render::cloudflare_rules::{CloudflareTarget, render_cloudflare};
+use multicdn_providers::render::fastly_vcl::render_fastly;
 
-/// Check a multicdn policy file.
+/// Check a multicdn policy file, or render its cache section for each CDN.
 #[derive(Debug, Parser)]
-#[command(name = "policy", version, about)]
+#[command(
+    name = "policy",
+    version,
+    about,
+    after_help = "Exit codes: 0 valid or rendered; 1 the file cannot be read (or --out cannot be written); \
+                  2 invalid policy, or a rendering refused (--strict, or a never-cached route a provider cannot express)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,16 +49,49 @@ enum Command {
         /// The policy file.
         path: PathBuf,
     },
+    /// Render the cache section as Fastly VCL snippets and Cloudflare rulesets; warnings for
+    /// what a provider cannot express go to stderr.
+    Render {
+        /// The policy file.
+        path: PathBuf,
+        /// Which CDN to render for.
+        #[arg(long, value_enum, default_value_t = Vendor::All)]
+        provider: Vendor,
+        /// Refuse (exit 2) when a provider cannot express a feature, instead of rendering the
+        /// rest and warning.
+        #[arg(long)]
+        strict: bool,
+        /// Write `fastly.vcl` and `cloudflare.json` into this directory instead of stdout.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// The renderers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Vendor {
+    /// Fastly VCL snippets.
+    Fastly,
+    /// Cloudflare cache and header rulesets.
+    Cloudflare,
+    /// Both.
+    All,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { path } => check(&path),
+        Command::Render {
+            path,
+            provider,
+            strict,
+            out,
+        } => render(&path, provider, strict, out.as_deref()),
     }
 }
 
-fn check(path: &std::path::Path) -> ExitCode {
+fn check(path: &Path) -> ExitCode {
     match Policy::load(path) {
         Ok(policy) => {
             print!(
@@ -47,15 +100,120 @@ fn check(path: &std::path::Path) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Err(e @ PolicyError::Read { .. }) => {
-            eprintln!("error: {e}");
-            ExitCode::from(1)
-        }
-        Err(e) => {
-            let n = e.diagnostics().len();
-            eprintln!("{e}");
-            eprintln!("{n} problem{} found", if n == 1 { "" } else { "s" });
-            ExitCode::from(2)
+        Err(e) => load_failure(e),
+    }
+}
+
+fn load_failure(e: PolicyError) -> ExitCode {
+    if let e @ PolicyError::Read { .. } = e {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    let n = e.diagnostics().len();
+    eprintln!("{e}");
+    eprintln!("{n} problem{} found", if n == 1 { "" } else { "s" });
+    ExitCode::from(2)
+}
+
+/// One rendered file: its name and its bytes.
+struct Rendered {
+    file: &'static str,
+    text: String,
+}
+
+fn render(path: &Path, vendor: Vendor, strict: bool, out: Option<&Path>) -> ExitCode {
+    let policy = match Policy::load(path) {
+        Ok(p) => p,
+        Err(e) => return load_failure(e),
+    };
+    let mode = if strict {
+        RenderMode::Strict
+    } else {
+        RenderMode::Lenient
+    };
+    let mut rendered = Vec::new();
+    let mut refused = false;
+    if matches!(vendor, Vendor::Fastly | Vendor::All) {
+        match render_fastly(&policy.cache, mode) {
+            Ok(r) => {
+                for w in &r.warnings {
+                    eprintln!("warning: fastly: {w}");
+                }
+                rendered.push(Rendered {
+                    file: "fastly.vcl",
+                    text: r.to_vcl_file(),
+                });
+            }
+            Err(e) => {
+                eprintln!("error: {}: {e}", path.display());
+                refused = true;
+            }
         }
     }
+    if matches!(vendor, Vendor::Cloudflare | Vendor::All) {
+        // The zone's plan decides what Cloudflare can match; take it from the policy's
+        // Cloudflare provider (Pro when the policy has none).
+        let spec = policy
+            .providers
+            .iter()
+            .find(|(_, s)| s.kind == ProviderKind::Cloudflare);
+        let target = match spec {
+            Some((_, spec)) => CloudflareTarget::from_spec(spec),
+            None => {
+                eprintln!(
+                    "note: {} names no cloudflare provider; rendering for a Pro zone",
+                    path.display()
+                );
+                CloudflareTarget::default()
+            }
+        };
+        match render_cloudflare(&policy.cache, target, mode) {
+            Ok(r) => {
+                for w in &r.warnings {
+                    eprintln!("warning: cloudflare: {w}");
+                }
+                rendered.push(Rendered {
+                    file: "cloudflare.json",
+                    text: r.to_json_file(),
+                });
+            }
+            Err(e) => {
+                eprintln!("error: {}: {e}", path.display());
+                refused = true;
+            }
+        }
+    }
+    if refused {
+        eprintln!("rendering refused; nothing written");
+        return ExitCode::from(2);
+    }
+    match out {
+        Some(dir) => {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                eprintln!("error: cannot create {}: {e}", dir.display());
+                return ExitCode::from(1);
+            }
+            for r in &rendered {
+                let file = dir.join(r.file);
+                if let Err(e) = std::fs::write(&file, &r.text) {
+                    eprintln!("error: cannot write {}: {e}", file.display());
+                    return ExitCode::from(1);
+                }
+                println!("wrote {}", file.display());
+            }
+        }
+        None => {
+            let headers = rendered.len() > 1;
+            for (i, r) in rendered.iter().enumerate() {
+                if headers {
+                    if i > 0 {
+                        println!();
+                    }
+                    println!("==> {} <==", r.file);
+                }
+                print!("{}", r.text);
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }

@@ -1,0 +1,329 @@
+//! `purge`: purge every CDN at once, or show what that would send.
+//!
+//! ```text
+//! cargo run --example purge -- --policy examples/policy.yaml --tag product-123 --dry-run
+//! FASTLY_API_TOKEN=... CLOUDFLARE_API_TOKEN=... \
+//!     cargo run --example purge -- --policy examples/policy.yaml --tag product-123 --tag price-list
+//! ```
+//!
+//! One purge fans out to every provider in the policy in parallel, each batched and paced by
+//! its own documented limits (Fastly: 256 surrogate keys a request; Cloudflare: its plan's
+//! items per request and requests per second). API tokens come from the environment variables
+//! the policy's `token_env` fields name; they are never printed. `--fastly-api` and
+//! `--cloudflare-api` point the adapters at another API address (an emulator on loopback).
+//!
+//! `--dry-run` sends nothing: it prints, per provider, the items, the batches and requests it
+//! would get, and the least time its documented limits allow (the slowest provider's is the
+//! fan-out's). Without it, the purge runs and prints, per provider, the purge ids, requests,
+//! attempts and the time to its last acknowledgement, then the worst case: the window in
+//! which the CDNs may disagree.
+//!
+//! A purge some provider cannot do at all (by host or prefix on Fastly, a soft purge on
+//! Cloudflare) is refused before anything is sent to anyone.
+//!
+//! Exit codes: 0 every provider acknowledged (or the dry run is possible); 1 a provider missed
+//! the purge (it is named with the items it missed: demote it until it is purged); 2 usage or
+//! configuration error (a token variable that is unset is named, a purge a provider cannot do).
+
+#[path = "tools/common.rs"]
+mod common;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{ArgGroup, Parser};
+use common::{FINDING, Fail, OK, ms};
+use multicdn_core::policy::{Policy, ProviderSpec};
+use multicdn_core::{ProviderId, ProviderKind, PurgeReceipt, PurgeRequest, PurgeScope, Secret};
+use multicdn_providers::cloudflare::CloudflarePurger;
+use multicdn_providers::fanout::{FanoutError, FanoutMember, PurgeFanout};
+use multicdn_providers::fastly::FastlyPurger;
+use multicdn_providers::http::HttpSettings;
+
+/// Purge every CDN in the policy at once (or show what would be sent).
+#[derive(Debug, Parser)]
+#[command(
+    name = "purge",
+    version,
+    about,
+    group(ArgGroup::new("what").required(true).multiple(false)
+        .args(["tag", "url", "host", "prefix", "everything"])),
+    after_help = "Exit codes: 0 every provider acknowledged (or the dry run is possible); \
+                  1 a provider missed the purge (named, with the items it missed); \
+                  2 usage or configuration error (an unset token variable is named)."
+)]
+struct Cli {
+    /// The policy file (providers, their ids and token_env variables).
+    #[arg(long, value_name = "PATH")]
+    policy: PathBuf,
+    /// Purge a tag: a Fastly surrogate key, a Cloudflare cache tag (repeatable).
+    #[arg(long, value_name = "TAG")]
+    tag: Vec<String>,
+    /// Purge a full URL, https://www.example.com/css/site.css (repeatable).
+    #[arg(long, value_name = "URL")]
+    url: Vec<String>,
+    /// Purge everything under a hostname (repeatable; Cloudflare only).
+    #[arg(long, value_name = "HOST")]
+    host: Vec<String>,
+    /// Purge a URL prefix without scheme, www.example.com/products (repeatable; Cloudflare only).
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Vec<String>,
+    /// Purge everything each provider holds for the service or zone.
+    #[arg(long)]
+    everything: bool,
+    /// Mark stale instead of evicting, where the provider supports it.
+    #[arg(long)]
+    soft: bool,
+    /// Print the batches, requests and ideal time per provider; send nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Fastly API base URL (default https://api.fastly.com).
+    #[arg(long, value_name = "URL")]
+    fastly_api: Option<String>,
+    /// Cloudflare API base URL (default https://api.cloudflare.com/client/v4).
+    #[arg(long, value_name = "URL")]
+    cloudflare_api: Option<String>,
+    /// Each request's deadline.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = common::parse_duration)]
+    timeout: Duration,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(code) => ExitCode::from(code),
+        Err(fail) => fail.report(),
+    }
+}
+
+fn request(cli: &Cli) -> PurgeRequest {
+    let scope = if !cli.tag.is_empty() {
+        PurgeScope::Tags(cli.tag.clone())
+    } else if !cli.url.is_empty() {
+        PurgeScope::Urls(cli.url.clone())
+    } else if !cli.host.is_empty() {
+        PurgeScope::Hosts(cli.host.clone())
+    } else if !cli.prefix.is_empty() {
+        PurgeScope::Prefixes(cli.prefix.clone())
+    } else {
+        PurgeScope::Everything
+    };
+    PurgeRequest {
+        scope,
+        soft: cli.soft,
+    }
+}
+
+/// The token a provider's `token_env` names. A dry run sends nothing, so it can go on
+/// without one (and says so); a real purge cannot.
+fn token(id: &ProviderId, spec: &ProviderSpec, dry_run: bool) -> Result<Secret, Fail> {
+    let Some(var) = spec.token_env.as_deref() else {
+        if dry_run {
+            return Ok(Secret::new("dry-run"));
+        }
+        return Err(Fail::error(format!(
+            "error: providers.{id}.token_env is not set in the policy; name the environment variable holding {id}'s API token"
+        )));
+    };
+    match Secret::from_env(var) {
+        Some(t) => Ok(t),
+        None if dry_run => {
+            eprintln!(
+                "note: {var} (providers.{id}.token_env) is unset; a real purge would stop here"
+            );
+            Ok(Secret::new("dry-run"))
+        }
+        None => Err(Fail::error(format!(
+            "error: the environment variable {var} (providers.{id}.token_env) is unset or empty; it must hold {id}'s API token"
+        ))),
+    }
+}
+
+fn fanout(cli: &Cli, policy: &Policy) -> Result<PurgeFanout, Fail> {
+    let settings = HttpSettings::default().with_request_timeout(cli.timeout);
+    let mut members = Vec::new();
+    for (id, spec) in &policy.providers {
+        let setup = |e: multicdn_core::Error| {
+            Fail::error(format!(
+                "error: {}: provider {id}: {e}",
+                cli.policy.display()
+            ))
+        };
+        match spec.kind {
+            ProviderKind::Fastly => {
+                let purger = FastlyPurger::from_spec(
+                    id.clone(),
+                    spec,
+                    token(id, spec, cli.dry_run)?,
+                    cli.fastly_api.as_deref(),
+                    settings.clone(),
+                )
+                .map_err(setup)?;
+                members.push(FanoutMember::fastly(purger));
+            }
+            ProviderKind::Cloudflare => {
+                let purger = CloudflarePurger::from_spec(
+                    id.clone(),
+                    spec,
+                    token(id, spec, cli.dry_run)?,
+                    cli.cloudflare_api.as_deref(),
+                    settings.clone(),
+                )
+                .map_err(setup)?;
+                members.push(FanoutMember::cloudflare(purger));
+            }
+            other => {
+                return Err(Fail::error(format!(
+                    "error: {}: providers.{id} is of kind {other}, which has no purge adapter; purge it by other means, or remove it from the policy for this purge",
+                    cli.policy.display()
+                )));
+            }
+        }
+    }
+    Ok(PurgeFanout::new(members))
+}
+
+async fn run(cli: Cli) -> Result<u8, Fail> {
+    let policy = common::load_policy(&cli.policy)?;
+    let request = request(&cli);
+    let fanout = fanout(&cli, &policy)?;
+    let kind = request.scope.kind();
+    let mut items: Vec<&String> = request.scope.items().iter().collect();
+    items.sort();
+    items.dedup();
+    println!(
+        "purge {kind}{}{}: {}",
+        if request.soft { " (soft)" } else { "" },
+        if cli.dry_run { ", dry run" } else { "" },
+        if items.is_empty() {
+            "everything".to_owned()
+        } else {
+            format!(
+                "{} item(s): {}",
+                items.len(),
+                items
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+
+    if cli.dry_run {
+        return dry_run(&fanout, &request, items.len());
+    }
+    match fanout.purge(&request).await {
+        Ok(report) => {
+            for r in &report.receipts {
+                print_receipt(r);
+            }
+            println!(
+                "worst case: {} (slowest {}); the CDNs may disagree for that long. Ideal by the documented limits: {}",
+                ms(report.worst_acknowledged_in),
+                report
+                    .slowest
+                    .as_ref()
+                    .map_or("-".to_owned(), ToString::to_string),
+                ms(report.ideal)
+            );
+            Ok(OK)
+        }
+        Err(FanoutError::Refused { reason, .. }) => Err(Fail::error(format!(
+            "error: purge refused, nothing was sent: {reason}"
+        ))),
+        Err(FanoutError::Missed {
+            failures, receipts, ..
+        }) => {
+            for r in &receipts {
+                print_receipt(r);
+            }
+            for f in &failures {
+                println!(
+                    "{:<12} MISSED {} {}: {}",
+                    f.provider.as_str(),
+                    f.missed.len(),
+                    f.scope,
+                    f.error
+                );
+                if !f.missed.is_empty() {
+                    println!("{:<12}   not purged: {}", "", f.missed.join(", "));
+                }
+                if let Some(a) = &f.acknowledged {
+                    println!(
+                        "{:<12}   acknowledged before failing: {} item(s), ids {}",
+                        "",
+                        a.items,
+                        a.purge_ids.join(", ")
+                    );
+                }
+            }
+            let names: Vec<&str> = failures.iter().map(|f| f.provider.as_str()).collect();
+            eprintln!(
+                "purge missed on {}: demote {} until purged, then run the purge again",
+                names.join(", "),
+                if names.len() == 1 { "it" } else { "them" }
+            );
+            Ok(FINDING)
+        }
+        Err(other) => Err(Fail::error(format!("error: {other}"))),
+    }
+}
+
+fn print_receipt(r: &PurgeReceipt) {
+    let ids = if r.purge_ids.is_empty() {
+        "-".to_owned()
+    } else {
+        r.purge_ids.join(", ")
+    };
+    println!(
+        "{:<12} ok: {} item(s) in {} request(s), {} attempt(s), acknowledged in {}; purge ids {ids}",
+        r.provider.as_str(),
+        r.items,
+        r.requests,
+        r.attempts,
+        ms(r.acknowledged_in)
+    );
+}
+
+fn dry_run(fanout: &PurgeFanout, request: &PurgeRequest, items: usize) -> Result<u8, Fail> {
+    let ideal = fanout.ideal_times(request);
+    let mut refused = Vec::new();
+    for m in fanout.members() {
+        let provider = m.provider();
+        if let Err(feature) = m.pacing().check(request) {
+            println!("{:<12} REFUSED: {feature}", provider.as_str());
+            refused.push(format!("{provider}: {feature}"));
+            continue;
+        }
+        let Some(k) = m.pacing().for_scope(&request.scope) else {
+            continue;
+        };
+        let requests = k.requests_for(items);
+        let time = ideal
+            .iter()
+            .find(|(p, _)| p == provider)
+            .map_or(Duration::ZERO, |(_, t)| *t);
+        println!(
+            "{:<12} {} batch(es) of up to {} item(s): {requests} request(s), at least {} by its documented limits",
+            provider.as_str(),
+            requests,
+            k.per_request,
+            ms(time)
+        );
+    }
+    if !refused.is_empty() {
+        return Err(Fail::error(format!(
+            "error: this purge would be refused before anything is sent: {}; purge by tags or URLs (without --soft) works on every provider",
+            refused.join("; ")
+        )));
+    }
+    if let Some((slowest, t)) = ideal.first() {
+        println!(
+            "ideal fan-out time: {} ({slowest} is the slowest); nothing was sent",
+            ms(*t)
+        );
+    }
+    Ok(OK)
+}

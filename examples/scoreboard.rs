@@ -1,0 +1,278 @@
+//! `scoreboard`: read RUM beacons (NDJSON) and print the dashboard.
+//!
+//! ```text
+//! cargo run --example scoreboard -- examples/data/beacons.ndjson
+//! cargo run --example scoreboard -- --policy examples/policy.yaml --window 30m examples/data/beacons.ndjson
+//! zcat beacons.ndjson.gz | cargo run --example scoreboard -- --prefixes prefixes.txt -
+//! ```
+//!
+//! Each line is one beacon as the receiver logged it (the shapes `multicdn_steering::ingest`
+//! reads): a navigation beacon with `ttfb` and `provider`, or a probe beacon with `times` per
+//! provider, each with the receiver's `at` (milliseconds since the epoch) and either the
+//! client's `asn` and `country` or its `ip`, resolved with `--prefixes FILE` (lines of
+//! `prefix ASN country`, like `203.0.113.0/24 AS64500 DE`).
+//!
+//! It prints the dashboard (p75 TTFB by provider by country over the window, with each
+//! provider's share of the requests; a `*` marks a cell with fewer samples than steering needs),
+//! the probe beacons' p75 and availability when there are any, and what was skipped, counted
+//! by reason, with the first few bad lines. The window ends at the newest beacon (or `--at`).
+//! Providers come from `--policy`; without one, from the beacons themselves (the client's
+//! `unknown` excepted).
+//!
+//! `examples/data/beacons.ndjson` is a small sample: 300 navigation and probe beacons from six
+//! networks in six countries over 50 minutes, and four deliberately bad lines.
+//!
+//! Exit codes: 0 at least one valid beacon; 1 no valid beacon; 2 usage or configuration error
+//! (an unreadable input, policy or prefix file).
+
+#[path = "tools/common.rs"]
+mod common;
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use common::{FINDING, Fail, OK};
+use multicdn_core::{Country, NetworkKey, ProviderId, Timestamp};
+use multicdn_steering::ingest::Ingestor;
+use multicdn_steering::resolve::{NetworkResolver, NoResolver, PrefixTable};
+use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig, Snapshot};
+
+/// Ingest NDJSON RUM beacons and print p75 TTFB by provider by country.
+#[derive(Debug, Parser)]
+#[command(
+    name = "scoreboard",
+    version,
+    about,
+    after_help = "Exit codes: 0 at least one valid beacon; 1 no valid beacon; 2 usage or configuration error."
+)]
+struct Cli {
+    /// The beacons, one JSON object a line; `-` reads stdin.
+    #[arg(value_name = "FILE.ndjson", default_value = "-")]
+    input: String,
+    /// The policy file: its providers, and its rum section's window and min_samples.
+    #[arg(long, value_name = "PATH")]
+    policy: Option<PathBuf>,
+    /// A prefix table (`prefix ASN country` a line) for beacons that carry an `ip`.
+    #[arg(long, value_name = "FILE")]
+    prefixes: Option<PathBuf>,
+    /// The window the dashboard covers (default: the policy's rum.window, or 1h).
+    #[arg(long, value_name = "DURATION", value_parser = common::parse_duration)]
+    window: Option<Duration>,
+    /// The end of the window, RFC 3339 (default: the newest beacon).
+    #[arg(long, value_name = "TIME")]
+    at: Option<String>,
+    /// Samples a cell needs to steer (default: the policy's rum.min_samples, or 200).
+    #[arg(long, value_name = "N")]
+    min_samples: Option<u64>,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => ExitCode::from(code),
+        Err(fail) => fail.report(),
+    }
+}
+
+fn read_input(input: &str) -> Result<Vec<u8>, Fail> {
+    let mut bytes = Vec::new();
+    let read = if input == "-" {
+        std::io::stdin().lock().read_to_end(&mut bytes).map(|_| ())
+    } else {
+        std::fs::File::open(input).and_then(|mut f| f.read_to_end(&mut bytes).map(|_| ()))
+    };
+    read.map_err(|e| {
+        let name = if input == "-" { "stdin" } else { input };
+        Fail::error(format!("error: cannot read {name}: {e}"))
+    })?;
+    Ok(bytes)
+}
+
+/// The newest `at` and every provider the lines name (for runs without a policy).
+fn scan(bytes: &[u8]) -> (Option<u64>, BTreeSet<String>) {
+    let mut newest = None;
+    let mut names = BTreeSet::new();
+    for line in bytes.split(|b| *b == b'\n') {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
+        if let Some(at) = v.get("at").and_then(serde_json::Value::as_u64) {
+            newest = Some(newest.map_or(at, |n: u64| n.max(at)));
+        }
+        if let Some(p) = v.get("provider").and_then(serde_json::Value::as_str) {
+            names.insert(p.to_owned());
+        }
+        if let Some(times) = v.get("times").and_then(serde_json::Value::as_object) {
+            names.extend(times.keys().cloned());
+        }
+    }
+    names.remove("unknown");
+    (newest, names)
+}
+
+fn run(cli: Cli) -> Result<u8, Fail> {
+    let policy = cli.policy.as_deref().map(common::load_policy).transpose()?;
+    let bytes = read_input(&cli.input)?;
+    let (newest, names) = scan(&bytes);
+
+    let providers: Vec<ProviderId> = match &policy {
+        Some(p) => p.provider_ids(),
+        None => names
+            .iter()
+            .filter_map(|n| ProviderId::new(n.as_str()).ok())
+            .collect(),
+    };
+    let window = cli.window.unwrap_or_else(|| {
+        policy
+            .as_ref()
+            .map_or(Duration::from_secs(3600), |p| p.steering.rum.window.get())
+    });
+    let min_samples = cli
+        .min_samples
+        .unwrap_or_else(|| policy.as_ref().map_or(200, |p| p.steering.rum.min_samples));
+    let bucket = (window / 4).max(Duration::from_secs(1));
+    let config = ScoreboardConfig::default()
+        .bucket(bucket)
+        .retention(window.max(bucket))
+        .fresh_for(window.max(bucket))
+        .min_samples(min_samples);
+    let mut board = Scoreboard::new(config, &providers)
+        .map_err(|e| Fail::error(format!("error: scoreboard: {e}")))?;
+
+    let resolver: Arc<dyn NetworkResolver> = match &cli.prefixes {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Fail::error(format!("error: cannot read {}: {e}", path.display())))?;
+            Arc::new(
+                PrefixTable::from_lines(&text)
+                    .map_err(|e| Fail::error(format!("error: {}: {e}", path.display())))?,
+            )
+        }
+        None => Arc::new(NoResolver),
+    };
+    let mut ingest = Ingestor::new(resolver);
+    ingest.ingest_bytes(&bytes, &mut board);
+    let report = ingest.take_report();
+
+    let now = match &cli.at {
+        Some(at) => Timestamp::parse_rfc3339(at).map_err(|e| {
+            Fail::error(format!(
+                "error: --at {at:?}: {e}; write 2026-12-01T09:00:00Z"
+            ))
+        })?,
+        None => Timestamp::from_millis(newest.unwrap_or(0)),
+    };
+    let snapshot = board.snapshot(now, window);
+
+    println!(
+        "{} lines: {} beacons, {} samples ({} clamped to the plausible maximum, {} without a known network)",
+        report.lines, report.beacons, report.samples, report.clamped, report.unresolved
+    );
+    let bad = report.bad_lines();
+    if bad.is_empty() {
+        println!("skipped: none");
+    } else {
+        println!("skipped {} line(s):", report.bad_total());
+        for (reason, n) in &bad {
+            println!("  {n:>6}  {reason}");
+        }
+        for (line, reason, detail) in report.examples.iter().take(5) {
+            println!("  line {line}: {reason}: {detail}");
+        }
+    }
+    if report.beacons == 0 {
+        eprintln!("no valid beacon in {}", cli.input);
+        return Ok(FINDING);
+    }
+
+    println!(
+        "\n== dashboard: p75 TTFB by provider by country, {} ending {now} (share of requests; * fewer than {min_samples} samples)",
+        humantime::format_duration(window)
+    );
+    print!("{}", table(&snapshot, Metric::Ttfb, &providers));
+    let probes: u64 = providers
+        .iter()
+        .map(|p| {
+            snapshot
+                .cell(Metric::Probe, NetworkKey::Global, p)
+                .stats
+                .samples
+        })
+        .sum();
+    if probes > 0 {
+        println!("\n== probe beacons: p75 fetch time by provider by country (availability)");
+        print!("{}", table(&snapshot, Metric::Probe, &providers));
+    }
+    Ok(OK)
+}
+
+/// Every country with samples for `metric` (any two letters a `Country` accepts), sorted.
+fn countries(snapshot: &Snapshot, metric: Metric) -> Vec<Country> {
+    let mut out = Vec::new();
+    for a in b'A'..=b'Z' {
+        for b in b'A'..=b'Z' {
+            let code = [a, b];
+            let Ok(code) = std::str::from_utf8(&code) else {
+                continue;
+            };
+            if let Ok(c) = Country::new(code)
+                && snapshot.samples(metric, NetworkKey::Country(c)) > 0
+            {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+fn table(snapshot: &Snapshot, metric: Metric, providers: &[ProviderId]) -> String {
+    let mut out = String::new();
+    let _ = write!(out, "{:<8}", "country");
+    for p in providers {
+        let _ = write!(
+            out,
+            " {:>26}",
+            format!(
+                "{p} p75 ({})",
+                if metric == Metric::Probe {
+                    "avail"
+                } else {
+                    "share"
+                }
+            )
+        );
+    }
+    out.push('\n');
+    let mut rows: Vec<(String, NetworkKey)> = countries(snapshot, metric)
+        .into_iter()
+        .map(|c| (c.to_string(), NetworkKey::Country(c)))
+        .collect();
+    rows.push(("all".to_owned(), NetworkKey::Global));
+    for (label, key) in rows {
+        let cells: Vec<_> = providers
+            .iter()
+            .map(|p| snapshot.cell(metric, key, p))
+            .collect();
+        let total: u64 = cells.iter().map(|v| v.stats.samples).sum::<u64>().max(1);
+        let _ = write!(out, "{label:<8}");
+        for v in &cells {
+            let p75 = v
+                .stats
+                .p75
+                .map_or_else(|| "-".to_owned(), |p| format!("{p:.0} ms"));
+            let mark = if v.status.is_steerable() { "" } else { "*" };
+            let second = match (metric, v.stats.availability) {
+                (Metric::Probe, Some(a)) => format!("{:.1}%", a * 100.0),
+                _ => format!("{:.0}%", 100.0 * v.stats.samples as f64 / total as f64),
+            };
+            let _ = write!(out, " {:>26}", format!("{p75}{mark} ({second})"));
+        }
+        out.push('\n');
+    }
+    out
+}

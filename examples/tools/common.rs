@@ -1,0 +1,109 @@
+//! What the command-line tools share: loading the policy, `--edge provider=URL` overrides, exit
+//! codes. Each tool includes this file with `#[path]`, so a tool copied out of this directory
+//! takes this file with it.
+
+#![allow(dead_code)] // each tool uses a different part
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use multicdn_core::ProviderId;
+use multicdn_core::policy::{Policy, PolicyError};
+
+/// Exit code: the tool ran and found nothing wrong.
+pub(crate) const OK: u8 = 0;
+/// Exit code: the finding the tool exists for (a provider down, edges that differ, a missed purge).
+pub(crate) const FINDING: u8 = 1;
+/// Exit code: the tool could not do its job (usage, policy, credentials, transport setup).
+pub(crate) const ERROR: u8 = 2;
+
+/// A failure that stops a tool, with its exit code; the message goes to stderr.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl Fail {
+    /// A usage, configuration or setup error (exit 2).
+    pub(crate) fn error(message: impl Into<String>) -> Fail {
+        Fail {
+            code: ERROR,
+            message: message.into(),
+        }
+    }
+
+    /// Prints the message to stderr and returns the exit code.
+    pub(crate) fn report(self) -> ExitCode {
+        eprintln!("{}", self.message);
+        ExitCode::from(self.code)
+    }
+}
+
+/// Loads and validates the policy; every problem is named with file, line and field.
+pub(crate) fn load_policy(path: &Path) -> Result<Policy, Fail> {
+    match Policy::load(path) {
+        Ok(p) => Ok(p),
+        Err(e @ PolicyError::Read { .. }) => Err(Fail::error(format!("error: {e}"))),
+        Err(e) => {
+            let n = e.diagnostics().len();
+            Err(Fail::error(format!(
+                "{e}\n{n} problem{} in {}; `policy check {}` explains each",
+                if n == 1 { "" } else { "s" },
+                path.display(),
+                path.display()
+            )))
+        }
+    }
+}
+
+/// Parses `provider=URL` (as `--edge` takes it).
+pub(crate) fn parse_edge(s: &str) -> Result<(ProviderId, String), String> {
+    let Some((provider, url)) = s.split_once('=') else {
+        return Err(format!(
+            "{s:?} is not provider=URL; write fastly=http://127.0.0.1:8080"
+        ));
+    };
+    let provider = ProviderId::new(provider.trim())
+        .map_err(|e| format!("{provider:?} is not a provider id: {e}"))?;
+    let url = url.trim();
+    if url.is_empty() {
+        return Err(format!("{s:?} gives no URL for {provider}"));
+    }
+    Ok((provider, url.to_owned()))
+}
+
+/// The `--edge` overrides as a map; a provider named twice is an error.
+pub(crate) fn overrides(
+    edges: &[(ProviderId, String)],
+) -> Result<BTreeMap<ProviderId, String>, Fail> {
+    let mut out = BTreeMap::new();
+    for (p, url) in edges {
+        if out.insert(p.clone(), url.clone()).is_some() {
+            return Err(Fail::error(format!(
+                "error: --edge names {p} twice; give one URL per provider"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a duration as the policy writes them: `90s`, `250ms`, `1h`.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration ({e}); write 90s, 250ms or 1h"))
+}
+
+/// `12 ms`, `1.25 s`: a latency as people read it.
+pub(crate) fn ms(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else if ms >= 10.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{ms:.1} ms")
+    }
+}
