@@ -404,3 +404,38 @@ async fn a_malformed_item_is_refused_everywhere_before_anything_is_sent() {
         .unwrap_err();
     assert!(matches!(queued, FanoutError::Refused { .. }), "{queued:?}");
 }
+
+#[tokio::test]
+async fn a_failed_provider_stops_setting_the_pace_of_a_queued_purge() {
+    let f = fastly_ok(5).await;
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_401())
+        .mount(&cf)
+        .await;
+    // Cloudflare would allow one chunk, then one every 500 ms: 2 s for 5 chunks.
+    let slow_cf = cloudflare(
+        &cf.uri(),
+        CloudflareLimits::default().with_purge(RateLimit::new(2.0, 1)),
+        fast(1),
+    );
+    let fanout = PurgeFanout::new(vec![
+        FanoutMember::fastly(fastly(&f.uri(), fast(1))),
+        FanoutMember::cloudflare(slow_cf),
+    ])
+    .with_queue_in_flight(1);
+    let watch = Stopwatch::start();
+    let err = fanout
+        .purge_queued(&PurgeRequest::tags(tags(500)), |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        watch.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        watch.elapsed()
+    );
+    let FanoutError::Missed { receipts, .. } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(receipts[0].items, 500);
+}

@@ -630,9 +630,10 @@ impl PurgeFanout {
     /// at once, so no provider runs ahead of another and none is sent a request it would
     /// answer with 429. `progress` is called after each chunk every provider has answered.
     ///
-    /// A provider that fails is sent no further chunks; its [`Event::PurgeMissed`] is
-    /// emitted at once, naming every item it had not acknowledged by then, and the error at
-    /// the end names exactly the items it missed. The other providers carry on.
+    /// A provider that fails is sent no further chunks and no longer sets the pace; its
+    /// [`Event::PurgeMissed`] is emitted at once, naming every item it had not acknowledged by
+    /// then (chunks in flight included), and the error at the end names exactly the items it
+    /// missed. The other providers carry on.
     pub async fn purge_queued(
         &self,
         request: &PurgeRequest,
@@ -657,16 +658,19 @@ impl PurgeFanout {
             .first()
             .map(|t| t.1)
             .unwrap_or_default();
-        // The queue's own buckets: every budget of every provider, in chunk units.
-        let budgets: Vec<Budget> = self
+        // The queue's own buckets: every budget of every provider, in chunk units, each tagged
+        // with its provider so a provider that has failed (and is sent nothing more) stops
+        // setting the pace.
+        let pacers: Vec<(usize, Pacer, Budget)> = self
             .members
             .iter()
-            .filter_map(|m| m.pacing.for_scope(&request.scope))
-            .flat_map(|k| k.budgets.iter().copied())
-            .collect();
-        let pacers: Vec<(Pacer, Budget)> = budgets
-            .iter()
-            .map(|b| (Pacer::new(b.name, b.limit), *b))
+            .enumerate()
+            .filter_map(|(i, m)| Some((i, m.pacing.for_scope(&request.scope)?)))
+            .flat_map(|(i, k)| {
+                k.budgets
+                    .iter()
+                    .map(move |b| (i, Pacer::new(b.name, b.limit), *b))
+            })
             .collect();
         let failed: Vec<AtomicBool> = self
             .members
@@ -692,8 +696,13 @@ impl PurgeFanout {
         let pacers_ref = &pacers;
         let answered = futures::stream::iter(chunks)
             .then(|chunk| async move {
-                for (pacer, budget) in pacers_ref {
-                    pacer.acquire(budget.cost(chunk.len())).await;
+                for (member, pacer, budget) in pacers_ref {
+                    if !failed_ref
+                        .get(*member)
+                        .is_some_and(|f| f.load(Ordering::SeqCst))
+                    {
+                        pacer.acquire(budget.cost(chunk.len())).await;
+                    }
                 }
                 chunk
             })
@@ -705,7 +714,7 @@ impl PurgeFanout {
                 let results = join_all(self.members.iter().enumerate().map(|(i, m)| {
                     let part = &part;
                     async move {
-                        if failed_ref[i].load(Ordering::SeqCst) {
+                        if failed_ref.get(i).is_some_and(|f| f.load(Ordering::SeqCst)) {
                             None
                         } else {
                             Some(m.purger.purge(part).await)
