@@ -13,6 +13,7 @@ use multicdn_providers::render::cloudflare_rules::{
 };
 use multicdn_providers::render::fastly_vcl::{FastlyRendering, render_fastly};
 use multicdn_providers::render::{RenderError, RenderMode, WarningKind};
+use serde_json::json;
 
 fn seed() -> CachePolicy {
     Policy::load(concat!(
@@ -125,13 +126,13 @@ fn every_cache_policy_field_changes_the_output_in_the_expected_place() {
             "cache_key.query_allowlist",
             |c| c.cache_key.query_allowlist.push("q".into()),
             &["multicdn-recv-cache-key"],
-            &["multicdn-cache-defaults"],
+            &["warnings"],
         ),
         (
             "cache_key.cookie_allowlist",
             |c| c.cache_key.cookie_allowlist.push("lang".into()),
             &["multicdn-recv-cache-key", "multicdn-hash-cache-key"],
-            &["multicdn-cache-defaults"],
+            &["multicdn-cache-cookie-bypass", "warnings"],
         ),
         (
             "cache_key.normalise_accept_encoding",
@@ -394,13 +395,14 @@ fn regex_routes_need_business_on_cloudflare_and_are_never_dropped_when_private()
         ),
         Err(RenderError::Strict { .. })
     ));
-    // Business: rendered with `matches`.
+    // Business: rendered with `matches` (lenient: the query allowlist needs Enterprise).
     let biz = render_cloudflare(
         &c,
         CloudflareTarget::new(CloudflarePlan::Business),
-        RenderMode::Strict,
+        RenderMode::Lenient,
     )
     .unwrap();
+    assert!(biz.warnings.iter().all(|w| w.feature != "cache.routes[2].match"));
     assert_eq!(
         biz.cache_rules
             .rule("multicdn-cache-route-2")
@@ -500,5 +502,79 @@ fn an_edge_ttl_under_the_plans_minimum_is_rendered_as_written_and_reported() {
             .warnings
             .iter()
             .all(|w| w.feature != "cache.routes[2].ttl_edge")
+    );
+}
+
+#[test]
+fn on_enterprise_the_allowlists_become_the_custom_cache_key() {
+    let mut c = seed();
+    c.cache_key.query_allowlist.push("q".into());
+    c.cache_key.cookie_allowlist.push("lang".into());
+    let ent = render_cloudflare(
+        &c,
+        CloudflareTarget::new(CloudflarePlan::Enterprise),
+        RenderMode::Lenient,
+    )
+    .unwrap();
+    let key = &ent
+        .cache_rules
+        .rule("multicdn-cache-defaults")
+        .unwrap()
+        .action_parameters["cache_key"]["custom_key"];
+    assert_eq!(
+        key["query_string"]["include"]["list"],
+        json!(["page", "sort", "colour", "size", "q"])
+    );
+    assert_eq!(
+        key["cookie"]["include"],
+        json!(["currency", "trade", "lang"])
+    );
+    assert!(
+        ent.cache_rules
+            .rule("multicdn-cache-cookie-bypass")
+            .is_none()
+    );
+}
+
+#[test]
+fn below_enterprise_allowlisted_cookies_bypass_the_cache_as_the_last_rule() {
+    let pro = cloudflare(&seed());
+    let last = pro.cache_rules.rules.last().unwrap();
+    assert_eq!(last.reference, "multicdn-cache-cookie-bypass");
+    assert_eq!(last.action_parameters, json!({"cache": false}));
+    assert_eq!(
+        last.expression,
+        "(http.cookie contains \"currency=\" or http.cookie contains \"trade=\")"
+    );
+    let defaults = pro.cache_rules.rule("multicdn-cache-defaults").unwrap();
+    assert!(defaults.action_parameters.get("cache_key").is_none());
+}
+
+#[test]
+fn more_cache_rules_than_the_plan_allows_is_reported() {
+    let mut c = seed();
+    for i in 0..10 {
+        let mut r = c.routes[2].clone();
+        r.pattern = format!("^/extra{i}/");
+        r.surrogate_keys_from_origin = false;
+        c.routes.push(r);
+    }
+    let free = render_cloudflare(
+        &c,
+        CloudflareTarget::new(CloudflarePlan::Free),
+        RenderMode::Lenient,
+    )
+    .unwrap();
+    let w = free
+        .warnings
+        .iter()
+        .find(|w| w.feature == "cache.routes")
+        .unwrap();
+    assert!(w.why.contains("allows 10"), "{}", w.why);
+    assert!(
+        cloudflare(&c)
+            .warnings
+            .iter()
+            .all(|w| w.feature != "cache.routes")
     );
 }

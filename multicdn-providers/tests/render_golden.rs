@@ -71,6 +71,17 @@ fn cloudflare_rendering_of_the_seed_policy_matches_its_golden_file() {
 }
 
 #[test]
+fn cloudflare_enterprise_rendering_of_the_seed_policy_matches_its_golden_file() {
+    let r = render_cloudflare(
+        &policy().cache,
+        CloudflareTarget::new(CloudflarePlan::Enterprise),
+        RenderMode::Lenient,
+    )
+    .unwrap();
+    compare("policy.cloudflare-enterprise.json", &r.to_json_file());
+}
+
+#[test]
 fn rendering_is_deterministic() {
     let p = policy();
     let target = CloudflareTarget::new(CloudflarePlan::Pro);
@@ -117,7 +128,13 @@ fn strict_cloudflare_rendering_refuses_surrogate_keys_and_names_the_route() {
     };
     assert_eq!(*provider, "cloudflare");
     let features: Vec<_> = unsupported.iter().map(|w| w.feature.as_str()).collect();
-    assert_eq!(features, ["cache.routes[2].surrogate_keys_from_origin"]);
+    assert_eq!(
+        features,
+        [
+            "cache.cache_key.query_allowlist",
+            "cache.routes[2].surrogate_keys_from_origin"
+        ]
+    );
     assert!(err.to_string().contains("Cache-Tag"), "{err}");
 }
 
@@ -138,7 +155,11 @@ fn lenient_cloudflare_rendering_names_every_approximation() {
     assert_eq!(
         features,
         [
-            ("cache.cache_key.query_allowlist", WarningKind::Approximated),
+            (
+                "cache.cache_key.cookie_allowlist",
+                WarningKind::Approximated
+            ),
+            ("cache.cache_key.query_allowlist", WarningKind::Unsupported),
             ("cache.defaults.stale_if_error", WarningKind::Approximated),
             (
                 "cache.defaults.stale_while_revalidate",

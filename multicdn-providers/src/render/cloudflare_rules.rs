@@ -2,9 +2,10 @@
 //!
 //! - `http_request_cache_settings` (action `set_cache_settings`): first
 //!   `multicdn-cache-defaults` on every request (`true`: eligible for cache, edge and browser
-//!   TTL overriding the origin, serve stale while updating, the custom cache key), then one
-//!   `multicdn-cache-route-N` per route, with the exclusions that make the first matching route
-//!   win (Cloudflare merges every matching rule, later ones overriding).
+//!   TTL overriding the origin, serve stale while updating, the custom cache key on Enterprise),
+//!   then one `multicdn-cache-route-N` per route, with the exclusions that make the first
+//!   matching route win (Cloudflare merges every matching rule, later ones overriding), and
+//!   below Enterprise `multicdn-cache-cookie-bypass` last.
 //! - `http_response_headers_transform` (action `rewrite`): `multicdn-identity` adds the
 //!   `Server-Timing` identity entry; `multicdn-cache-control-route-N` and
 //!   `multicdn-cache-control-defaults` set the browser `Cache-Control` (with `stale-if-error`) on
@@ -14,6 +15,13 @@
 //! is exact ([`super::path`]); any other pattern needs `matches`, which Cloudflare offers on the
 //! Business and Enterprise plans only. On Free and Pro such a route is unsupported (left out, or
 //! an error in strict mode), and a never-cached one is an error in every mode.
+//!
+//! Plans (Cloudflare's plan table): custom cache keys — a query-string list, cookies — are
+//! Enterprise-only. Below Enterprise, the query allowlist is unsupported (the whole query string
+//! stays in the key: more misses, never wrong content) and the cookie allowlist is rendered as
+//! `multicdn-cache-cookie-bypass`, the last cache rule: a request carrying one of the cookies is
+//! not cached, so a page rendered for one visitor's cookies never reaches another. The number of
+//! cache rules is checked against the plan's allowance.
 //!
 //! An edge TTL under the plan's minimum ([`CloudflareTarget::min_edge_ttl`]) is rendered as
 //! written and reported.
@@ -99,15 +107,29 @@ impl CloudflareTarget {
     }
 
     /// The shortest edge TTL the plan allows, in seconds (Free 2 h, Pro 1 h, Business and
-    /// Enterprise 1 s). *Unverified* for cache rules (documented for the zone's Edge Cache TTL
-    /// setting): the value is rendered as written and reported, so a wrong guess shows up as
-    /// Cloudflare's own error at deploy, never as a silent change.
+    /// Enterprise 1 s, from Cloudflare's plan table). A shorter TTL is rendered as written and
+    /// reported, so Cloudflare's own answer decides, never a silent change.
     pub fn min_edge_ttl(&self) -> u64 {
         match self.plan {
             CloudflarePlan::Free => 7200,
             CloudflarePlan::Pro => 3600,
             CloudflarePlan::Business | CloudflarePlan::Enterprise => 1,
         }
+    }
+
+    /// How many cache rules the plan allows (Free 10, Pro 25, Business 50, Enterprise 300).
+    pub fn max_cache_rules(&self) -> usize {
+        match self.plan {
+            CloudflarePlan::Free => 10,
+            CloudflarePlan::Pro => 25,
+            CloudflarePlan::Business => 50,
+            CloudflarePlan::Enterprise => 300,
+        }
+    }
+
+    /// Custom cache keys (query-string lists, cookies, headers) are Enterprise-only.
+    pub fn has_custom_cache_key(&self) -> bool {
+        self.plan == CloudflarePlan::Enterprise
     }
 
     fn has_regex(&self) -> bool {
@@ -272,10 +294,32 @@ pub fn render_cloudflare(
     };
 
     let key = &cache.cache_key;
+    let custom_keys = target.has_custom_cache_key();
     if !key.query_allowlist.is_empty() {
+        if custom_keys {
+            findings.approximated(
+                "cache.cache_key.query_allowlist",
+                "Cloudflare keys the cache on the allowlisted parameters but still forwards the whole query string to the origin (Fastly strips the others): the origin must not vary on other parameters",
+            );
+        } else {
+            findings.unsupported(
+                "cache.cache_key.query_allowlist",
+                format!(
+                    "a custom cache key with a query-string list ({}) is Enterprise-only on Cloudflare and the zone is on {:?}: the whole query string stays in the key (more misses, same content)",
+                    key.query_allowlist.join(", "),
+                    target.plan
+                ),
+            );
+        }
+    }
+    if !key.cookie_allowlist.is_empty() && !custom_keys {
         findings.approximated(
-            "cache.cache_key.query_allowlist",
-            "Cloudflare keys the cache on the allowlisted parameters but still forwards the whole query string to the origin (Fastly strips the others): the origin must not vary on other parameters",
+            "cache.cache_key.cookie_allowlist",
+            format!(
+                "a custom cache key with cookies is Enterprise-only on Cloudflare and the zone is on {:?}: requests carrying {} are not cached (multicdn-cache-cookie-bypass), so no visitor gets a page rendered for another's cookies",
+                target.plan,
+                key.cookie_allowlist.join(" or ")
+            ),
         );
     }
     if !key.normalise_accept_encoding {
@@ -334,13 +378,13 @@ pub fn render_cloudflare(
         "serve_stale": {"disable_stale_while_updating": defaults.swr == 0},
     });
     let mut custom_key = serde_json::Map::new();
-    if !key.query_allowlist.is_empty() {
+    if !key.query_allowlist.is_empty() && custom_keys {
         custom_key.insert(
             "query_string".into(),
             json!({"include": {"list": key.query_allowlist}}),
         );
     }
-    if !key.cookie_allowlist.is_empty() {
+    if !key.cookie_allowlist.is_empty() && custom_keys {
         custom_key.insert("cookie".into(), json!({"include": key.cookie_allowlist}));
     }
     if !custom_key.is_empty() {
@@ -378,6 +422,34 @@ pub fn render_cloudflare(
             action_parameters: params,
             enabled: true,
         });
+    }
+    if !key.cookie_allowlist.is_empty() && !custom_keys {
+        // Last, so that it overrides every route's `cache: true`.
+        let any_cookie = key
+            .cookie_allowlist
+            .iter()
+            .map(|c| format!("http.cookie contains {}", quoted(&format!("{c}="))))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        cache_rules.push(Rule {
+            reference: "multicdn-cache-cookie-bypass".into(),
+            description: "cache.cache_key.cookie_allowlist: requests carrying a cookie that varies the page are not cached (custom cache keys need Enterprise)".into(),
+            expression: format!("({any_cookie})"),
+            action: "set_cache_settings".into(),
+            action_parameters: json!({"cache": false}),
+            enabled: true,
+        });
+    }
+    if cache_rules.len() > target.max_cache_rules() {
+        findings.unsupported(
+            "cache.routes",
+            format!(
+                "{} cache rules are needed and Cloudflare's {:?} plan allows {}: Cloudflare will refuse the ruleset",
+                cache_rules.len(),
+                target.plan,
+                target.max_cache_rules()
+            ),
+        );
     }
 
     // Response headers.
