@@ -1,0 +1,589 @@
+//! The example programs as a team runs them: every one answers `--help`, the quickstart plays
+//! its whole story, and the tools do their job against emulated edges and purge APIs on
+//! loopback (never the internet).
+//!
+//! The binaries are the ones cargo builds before running this package's tests:
+//! `target/<profile>/examples/<name>`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use axum::Router;
+use axum::http::{HeaderMap, HeaderValue, Uri};
+use axum::routing::any;
+use multicdn_examples::emulate::{EdgeMode, EdgeServer, PurgeApi};
+use tokio::runtime::Runtime;
+
+const ALL_EXAMPLES: [&str; 10] = [
+    "policy",
+    "quickstart",
+    "probe",
+    "drift",
+    "purge",
+    "warm",
+    "steer",
+    "scoreboard",
+    "cascade",
+    "content-steering",
+];
+
+/// `target/<profile>/examples/<name>`, from this test's own path
+/// (`target/<profile>/deps/tools-<hash>`).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let path = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: cargo builds examples before the tests",
+        path.display()
+    );
+    path
+}
+
+fn policy() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/policy.yaml").to_owned()
+}
+
+/// A unique scratch path for this test.
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("multicdn-tools-{}-{name}", std::process::id()))
+}
+
+/// Runs an example with `args`, with no vendor credentials in its environment unless `env`
+/// gives them.
+fn run(name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(example(name));
+    cmd.args(args);
+    for var in [
+        "FASTLY_API_TOKEN",
+        "CLOUDFLARE_API_TOKEN",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "NS1_API_KEY",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+/// Both emulated edges, healthy, serving the policy's health object.
+fn edges(rt: &Runtime) -> (EdgeServer, EdgeServer) {
+    rt.block_on(async {
+        (
+            EdgeServer::start("fastly", "LHR", "healthy-v3")
+                .await
+                .unwrap(),
+            EdgeServer::start("cloudflare", "SYD", "healthy-v3")
+                .await
+                .unwrap(),
+        )
+    })
+}
+
+fn edge_args(fastly: &str, cloudflare: &str) -> [String; 4] {
+    [
+        "--edge".into(),
+        format!("fastly={fastly}"),
+        "--edge".into(),
+        format!("cloudflare={cloudflare}"),
+    ]
+}
+
+#[test]
+fn every_example_answers_help() {
+    for name in ALL_EXAMPLES {
+        let out = run(name, &["--help"], &[]);
+        assert_eq!(code(&out), 0, "{name} --help: {}", stderr(&out));
+        assert!(
+            stdout(&out).lines().any(|l| l.starts_with("Usage:")),
+            "{name} --help has no Usage line:\n{}",
+            stdout(&out)
+        );
+    }
+}
+
+#[test]
+fn quickstart_plays_the_whole_story() {
+    let out = run("quickstart", &[], &[]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}\n{}", stderr(&out));
+    for check in [
+        "AS1221 moved to fastly in damped steps",
+        "fastly was demoted in steps",
+        "the missed purge demoted cloudflare",
+        "fastly recovered after the hysteresis rounds",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("ok   ") && l.contains(check)),
+            "no `ok` line for {check:?}:\n{text}"
+        );
+    }
+    let failover = |at: &str, what: &str| {
+        text.lines()
+            .any(|l| l.starts_with(at) && l.contains(" failover ") && l.contains(what))
+    };
+    assert!(
+        failover("03:00:30", "50% of its share moved"),
+        "no first failover step at 03:00:30:\n{text}"
+    );
+    assert!(
+        failover("03:02:00", "fastly 0%"),
+        "no second failover step reaching fastly 0% at 03:02:00:\n{text}"
+    );
+}
+
+#[test]
+fn policy_render_prints_both_renderings_and_strict_refuses_what_cloudflare_cannot_express() {
+    let out = run("policy", &["render", &policy()], &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("==> fastly.vcl <=="), "{text}");
+    assert!(text.contains("==> cloudflare.json <=="), "{text}");
+    assert!(text.contains("multicdn-deliver-headers"), "{text}");
+    assert!(
+        stderr(&out).contains("warning: cloudflare: cache.routes[2].surrogate_keys_from_origin"),
+        "{}",
+        stderr(&out)
+    );
+    // Deterministic: the same policy gives the same bytes.
+    assert_eq!(stdout(&run("policy", &["render", &policy()], &[])), text);
+
+    let strict = run("policy", &["render", &policy(), "--strict"], &[]);
+    assert_eq!(code(&strict), 2);
+    assert!(stderr(&strict).contains("surrogate_keys_from_origin"));
+    let fastly_only = run(
+        "policy",
+        &["render", &policy(), "--provider", "fastly", "--strict"],
+        &[],
+    );
+    assert_eq!(code(&fastly_only), 0, "{}", stderr(&fastly_only));
+}
+
+#[test]
+fn probe_exits_0_on_healthy_edges_and_1_when_one_serves_an_error_page() {
+    let rt = Runtime::new().unwrap();
+    let (fastly, cloudflare) = edges(&rt);
+    let edges = edge_args(&fastly.base_url(), &cloudflare.base_url());
+    let mut args = vec!["--policy".to_owned(), policy()];
+    args.extend(edges);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let healthy = run("probe", &args, &[]);
+    let text = stdout(&healthy);
+    assert_eq!(code(&healthy), 0, "{text}{}", stderr(&healthy));
+    assert!(
+        text.contains("verdict: fastly up: 5 of 5 runners pass"),
+        "{text}"
+    );
+    assert!(text.contains("verdict: cloudflare up"), "{text}");
+    assert!(text.contains("fastly LHR"), "served-by is shown:\n{text}");
+
+    cloudflare.set_mode(EdgeMode::ErrorPage);
+    let down = run("probe", &args, &[]);
+    let text = stdout(&down);
+    assert_eq!(code(&down), 1, "{text}{}", stderr(&down));
+    assert!(
+        text.contains("verdict: cloudflare DOWN: 5 of 5 runners"),
+        "{text}"
+    );
+    assert!(text.contains("content mismatch"), "{text}");
+    assert!(text.contains("verdict: fastly up"), "{text}");
+
+    let mut json_args = args.clone();
+    json_args.push("--json");
+    let json = run("probe", &json_args, &[]);
+    assert_eq!(code(&json), 1);
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(doc["down"], serde_json::json!(["cloudflare"]));
+}
+
+#[test]
+fn probe_refuses_an_edge_override_for_a_provider_the_policy_does_not_name() {
+    let out = run(
+        "probe",
+        &[
+            "--policy",
+            &policy(),
+            "--edge",
+            "fastlly=http://127.0.0.1:1",
+        ],
+        &[],
+    );
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("fastlly"), "{}", stderr(&out));
+}
+
+#[test]
+fn drift_flags_the_tag_headers_and_passes_once_they_are_allowed() {
+    let rt = Runtime::new().unwrap();
+    let (fastly, cloudflare) = edges(&rt);
+    let mut args = vec![
+        "--policy".to_owned(),
+        policy(),
+        "--path".into(),
+        "/products/1".into(),
+        "--path".into(),
+        "/".into(),
+    ];
+    args.extend(edge_args(&fastly.base_url(), &cloudflare.base_url()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let out = run("drift", &args, &[]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 1, "{text}{}", stderr(&out));
+    assert!(
+        text.contains(
+            "DRIFT /products/1 [surrogate-key]: cloudflare=(absent) fastly=\"products-1\""
+        ),
+        "{text}"
+    );
+
+    let mut allowed = args.clone();
+    allowed.extend(["--allow", "surrogate-key", "--allow", "cache-tag"]);
+    let out = run("drift", &allowed, &[]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("no drift"));
+}
+
+/// An edge that serves what the emulated Cloudflare edge serves, except a different
+/// `Cache-Control`: the kind of drift a console edit makes.
+async fn drifted_edge() -> (String, tokio::sync::oneshot::Sender<()>) {
+    async fn page(uri: Uri) -> (HeaderMap, String) {
+        let path = uri.path().to_owned();
+        let mut h = HeaderMap::new();
+        h.insert("content-type", HeaderValue::from_static("text/html"));
+        h.insert(
+            "cache-control",
+            HeaderValue::from_static("public, max-age=300"),
+        );
+        let tag = path.trim_start_matches('/').replace('/', "-");
+        h.insert("cache-tag", HeaderValue::from_str(&tag).unwrap());
+        (
+            h,
+            format!("<html><body><h1>{path}</h1><p>Oak dining table, £899.</p></body></html>"),
+        )
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let app = Router::new().fallback(any(page));
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    (format!("http://{addr}"), stop)
+}
+
+#[test]
+fn drift_names_the_differing_header_with_both_values() {
+    let rt = Runtime::new().unwrap();
+    let (fastly, _cloudflare) = edges(&rt);
+    let (drifted, _stop) = rt.block_on(drifted_edge());
+    let mut args = vec![
+        "--policy".to_owned(),
+        policy(),
+        "--path".into(),
+        "/products/7".into(),
+        "--allow".into(),
+        "surrogate-key".into(),
+        "--allow".into(),
+        "cache-tag".into(),
+    ];
+    args.extend(edge_args(&fastly.base_url(), &drifted));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("drift", &args, &[]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 1, "{text}{}", stderr(&out));
+    assert!(
+        text.contains(
+            "DRIFT /products/7 [cache-control]: cloudflare=\"public, max-age=300\" fastly=\"public, max-age=60, stale-if-error=604800\""
+        ),
+        "{text}"
+    );
+    assert!(text.contains("1 difference(s)"), "{text}");
+}
+
+/// `--policy P --fastly-api A --cloudflare-api B` for the emulated purge APIs.
+fn purge_args(api: &PurgeApi, rest: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "--policy".to_owned(),
+        policy(),
+        "--fastly-api".into(),
+        api.fastly_base(),
+        "--cloudflare-api".into(),
+        api.cloudflare_base(),
+        "--timeout".into(),
+        "5s".into(),
+    ];
+    args.extend(rest.iter().map(|s| (*s).to_owned()));
+    args
+}
+
+const TOKENS: [(&str, &str); 2] = [
+    ("FASTLY_API_TOKEN", "test-fastly-token"),
+    ("CLOUDFLARE_API_TOKEN", "test-cloudflare-token"),
+];
+
+#[test]
+fn purge_dry_run_sends_nothing_and_prints_each_providers_batches() {
+    let rt = Runtime::new().unwrap();
+    let api = rt.block_on(PurgeApi::start()).unwrap();
+    let tags: Vec<String> = (0..300).map(|i| format!("product-{i}")).collect();
+    let mut rest = vec!["--dry-run"];
+    for t in &tags {
+        rest.extend(["--tag", t.as_str()]);
+    }
+    let args = purge_args(&api, &rest);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("purge", &args, &TOKENS);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
+    assert!(
+        text.contains("fastly       2 batch(es) of up to 256 item(s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cloudflare   3 batch(es) of up to 100 item(s)"),
+        "{text}"
+    );
+    assert!(text.contains("nothing was sent"), "{text}");
+    assert!(api.purged().is_empty(), "a dry run sent {:?}", api.purged());
+    assert!(!text.contains("test-fastly-token") && !stderr(&out).contains("test-"));
+}
+
+#[test]
+fn purge_acknowledged_everywhere_exits_0_with_ids_and_the_worst_case() {
+    let rt = Runtime::new().unwrap();
+    let api = rt.block_on(PurgeApi::start()).unwrap();
+    let args = purge_args(&api, &["--tag", "product-123", "--tag", "price-list"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("purge", &args, &TOKENS);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
+    assert!(text.contains("fastly       ok: 2 item(s)"), "{text}");
+    assert!(text.contains("cloudflare   ok: 2 item(s)"), "{text}");
+    assert!(text.contains("worst case:"), "{text}");
+    let purged = api.purged();
+    assert!(purged.iter().any(|(v, _)| v == "fastly"), "{purged:?}");
+    assert!(purged.iter().any(|(v, _)| v == "cloudflare"), "{purged:?}");
+    assert!(!text.contains("test-fastly-token") && !text.contains("test-cloudflare-token"));
+}
+
+#[test]
+fn purge_exits_1_naming_cloudflare_and_its_items_when_its_token_is_refused() {
+    let rt = Runtime::new().unwrap();
+    let api = rt.block_on(PurgeApi::start()).unwrap();
+    api.refuse_tokens("cloudflare", true);
+    let args = purge_args(&api, &["--tag", "product-123", "--tag", "price-list"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("purge", &args, &TOKENS);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 1, "{text}{}", stderr(&out));
+    assert!(text.contains("cloudflare   MISSED 2 tags"), "{text}");
+    assert!(
+        text.contains("not purged: product-123, price-list"),
+        "{text}"
+    );
+    assert!(text.contains("fastly       ok: 2 item(s)"), "{text}");
+    assert!(stderr(&out).contains("purge missed on cloudflare"));
+    assert!(
+        !text.contains("test-cloudflare-token") && !stderr(&out).contains("test-cloudflare-token")
+    );
+}
+
+#[test]
+fn purge_without_a_token_names_the_variable_and_exits_2() {
+    let rt = Runtime::new().unwrap();
+    let api = rt.block_on(PurgeApi::start()).unwrap();
+    let args = purge_args(&api, &["--tag", "product-123"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("purge", &args, &[("FASTLY_API_TOKEN", "t")]);
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("CLOUDFLARE_API_TOKEN (providers.cloudflare.token_env)"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(api.purged().is_empty());
+}
+
+#[test]
+fn purge_by_host_is_refused_before_anything_is_sent() {
+    let rt = Runtime::new().unwrap();
+    let api = rt.block_on(PurgeApi::start()).unwrap();
+    let args = purge_args(&api, &["--host", "www.example.com"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("purge", &args, &TOKENS);
+    assert_eq!(code(&out), 2, "{}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("fastly"), "{}", stderr(&out));
+    assert!(api.purged().is_empty());
+}
+
+#[test]
+fn warm_warms_every_edge_and_skips_one_that_health_says_is_down() {
+    let rt = Runtime::new().unwrap();
+    let (fastly, cloudflare) = edges(&rt);
+    let urls = scratch("urls.txt");
+    std::fs::write(
+        &urls,
+        "# top pages\n/\n/products/1\nhttps://www.example.com/products/2?colour=oak\n/css/site.css\n",
+    )
+    .unwrap();
+    let mut args = vec![
+        "--policy".to_owned(),
+        policy(),
+        "--urls".into(),
+        urls.display().to_string(),
+        "--concurrency".into(),
+        "2".into(),
+    ];
+    args.extend(edge_args(&fastly.base_url(), &cloudflare.base_url()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+
+    let out = run("warm", &args, &[]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
+    let row = |p: &str| {
+        text.lines()
+            .find(|l| l.starts_with(p))
+            .map(|l| l.split_whitespace().take(4).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        row("fastly "),
+        Some(vec!["fastly", "4", "0", "0"]),
+        "{text}"
+    );
+    assert_eq!(
+        row("cloudflare "),
+        Some(vec!["cloudflare", "4", "0", "0"]),
+        "{text}"
+    );
+
+    cloudflare.set_mode(EdgeMode::Unavailable);
+    let before = cloudflare.requests();
+    let out = run("warm", &args, &[]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 1, "{text}{}", stderr(&out));
+    assert!(text.contains("health: cloudflare is down"), "{text}");
+    assert!(text.contains("cloudflare   SKIPPED"), "{text}");
+    // Only the five health probes reached the broken edge; no page was warmed through it.
+    assert_eq!(cloudflare.requests() - before, 5);
+    let _ = std::fs::remove_file(urls);
+}
+
+#[test]
+fn scoreboard_prints_the_dashboard_of_the_sample_beacons() {
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/data/beacons.ndjson");
+    let out = run("scoreboard", &[sample], &[]);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
+    assert!(text.contains("304 lines: 300 beacons"), "{text}");
+    for reason in [
+        "not a JSON object",
+        "an unknown provider",
+        "an implausible time",
+        "no `at` time",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with("1  ") && l.ends_with(reason)),
+            "bad lines counted by reason ({reason}):\n{text}"
+        );
+    }
+    assert!(
+        text.contains("== dashboard: p75 TTFB by provider by country"),
+        "{text}"
+    );
+    let au = text
+        .lines()
+        .find(|l| l.starts_with("AU "))
+        .expect("an AU row");
+    assert!(au.contains("(90%)") && au.contains("(10%)"), "{au}");
+    assert!(text.lines().any(|l| l.starts_with("all ")), "{text}");
+}
+
+#[test]
+fn scoreboard_exits_1_without_a_valid_beacon() {
+    let junk = scratch("junk.ndjson");
+    std::fs::write(&junk, "not json\n{\"ttfb\": 3}\n").unwrap();
+    let out = run("scoreboard", &[junk.to_str().unwrap()], &[]);
+    assert_eq!(code(&out), 1, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("skipped 2 line(s)"),
+        "{}",
+        stdout(&out)
+    );
+    let _ = std::fs::remove_file(junk);
+}
+
+#[test]
+fn steer_plan_prints_the_route53_sets_and_diff_without_credentials_exits_2() {
+    let out = run(
+        "steer",
+        &["plan", "--policy", &policy(), "--vendor", "route53"],
+        &[],
+    );
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}{}", stderr(&out));
+    assert!(text.contains("23 record sets:"), "{text}");
+    assert!(
+        text.contains("europe._steer.www.example.com CNAME [europe-fastly] weight 229 ttl 30 -> example.map.fastly.net"),
+        "{text}"
+    );
+    let ns1 = run(
+        "steer",
+        &["plan", "--policy", &policy(), "--vendor", "ns1"],
+        &[],
+    );
+    assert_eq!(code(&ns1), 0, "{}", stderr(&ns1));
+    let record: serde_json::Value =
+        serde_json::from_str(stdout(&ns1).split_once('\n').map(|(_, json)| json).unwrap()).unwrap();
+    assert_eq!(record["domain"], "www.example.com");
+
+    let diff = run(
+        "steer",
+        &[
+            "diff",
+            "--policy",
+            &policy(),
+            "--vendor",
+            "route53",
+            "--zone-id",
+            "Z1",
+            "--endpoint",
+            "http://127.0.0.1:1",
+        ],
+        &[],
+    );
+    assert_eq!(code(&diff), 2);
+    assert!(
+        stderr(&diff).contains("AWS_ACCESS_KEY_ID"),
+        "{}",
+        stderr(&diff)
+    );
+}
