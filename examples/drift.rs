@@ -34,7 +34,6 @@ use multicdn_health::{AllowedDifference, DriftChecker, edges_from_policy};
 #[command(
     name = "drift",
     version,
-    about,
     after_help = "Exit codes: 0 the edges agree; 1 they differ (or a path could not be fetched through an edge); \
                   2 usage or configuration error."
 )]

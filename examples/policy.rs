@@ -32,7 +32,6 @@ use multicdn_providers::render::fastly_vcl::render_fastly;
 #[command(
     name = "policy",
     version,
-    about,
     after_help = "Exit codes: 0 valid or rendered; 1 the file cannot be read (or --out cannot be written); \
                   2 invalid policy, or a rendering refused (--strict, or a never-cached route a provider cannot express)."
 )]

@@ -36,7 +36,6 @@ use serde::Serialize;
 #[command(
     name = "probe",
     version,
-    about,
     after_help = "Exit codes: 0 no provider is down; 1 a provider failed from a quorum of runners; \
                   2 usage or configuration error."
 )]

@@ -46,7 +46,6 @@ use multicdn_providers::http::HttpSettings;
 #[command(
     name = "purge",
     version,
-    about,
     group(ArgGroup::new("what").required(true).multiple(false)
         .args(["tag", "url", "host", "prefix", "everything"])),
     after_help = "Exit codes: 0 every provider acknowledged (or the dry run is possible); \

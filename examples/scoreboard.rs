@@ -48,7 +48,6 @@ use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig, Snapsh
 #[command(
     name = "scoreboard",
     version,
-    about,
     after_help = "Exit codes: 0 at least one valid beacon; 1 no valid beacon; 2 usage or configuration error."
 )]
 struct Cli {

@@ -57,7 +57,6 @@ use multicdn_providers::route53::{
 #[command(
     name = "steer",
     version,
-    about,
     after_help = "Exit codes: 0 done (diff: nothing to change); 1 diff found differences; \
                   2 usage, configuration, credential or vendor error (including a change refused without --force)."
 )]

@@ -39,7 +39,6 @@ use multicdn_health::{
 #[command(
     name = "warm",
     version,
-    about,
     after_help = "Exit codes: 0 every provider warmed with 2xx answers; 1 a provider was skipped as down, \
                   or answered outside 2xx; 2 usage or configuration error."
 )]

@@ -170,6 +170,19 @@ fn policy_render_prints_both_renderings_and_strict_refuses_what_cloudflare_canno
     // Deterministic: the same policy gives the same bytes.
     assert_eq!(stdout(&run("policy", &["render", &policy()], &[])), text);
 
+    let dir = scratch("rendered");
+    let written = run(
+        "policy",
+        &["render", &policy(), "--out", dir.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code(&written), 0, "{}", stderr(&written));
+    let vcl = std::fs::read_to_string(dir.join("fastly.vcl")).unwrap();
+    let json = std::fs::read_to_string(dir.join("cloudflare.json")).unwrap();
+    assert!(text.contains(&vcl) && text.contains(&json));
+    serde_json::from_str::<serde_json::Value>(&json).unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+
     let strict = run("policy", &["render", &policy(), "--strict"], &[]);
     assert_eq!(code(&strict), 2);
     assert!(stderr(&strict).contains("surrogate_keys_from_origin"));
