@@ -279,9 +279,20 @@ impl<'a> Cursor<'a> {
 /// Reads `Server-Timing` first, then the vendors' headers. `None` when nothing identifies a
 /// provider (or the only identifying header is malformed).
 pub fn served_by(headers: &(impl HeaderLookup + ?Sized)) -> Option<ServedBy> {
-    from_server_timing(headers)
-        .or_else(|| from_fastly(headers))
-        .or_else(|| from_cloudflare(headers))
+    let vendor = || from_fastly(headers).or_else(|| from_cloudflare(headers));
+    match from_server_timing(headers) {
+        // An edge that names itself but not its PoP or cache verdict (Cloudflare's rules
+        // language cannot read the PoP) is completed from its own vendor headers.
+        Some(mut timing) if timing.pop.is_none() || timing.cache.is_none() => {
+            if let Some(v) = vendor().filter(|v| v.provider == timing.provider) {
+                timing.pop = timing.pop.or(v.pop);
+                timing.cache = timing.cache.or(v.cache);
+            }
+            Some(timing)
+        }
+        Some(timing) => Some(timing),
+        None => vendor(),
+    }
 }
 
 fn from_server_timing(headers: &(impl HeaderLookup + ?Sized)) -> Option<ServedBy> {
@@ -429,6 +440,23 @@ mod tests {
         assert_eq!(served_by(&h), None);
         let none: Vec<(&str, &str)> = vec![];
         assert_eq!(served_by(&none), None);
+    }
+
+    #[test]
+    fn completes_a_server_timing_without_pop_from_the_vendor_headers() {
+        let h = vec![
+            ("server-timing", r#"cdn;desc="cloudflare", cache;desc="HIT""#),
+            ("cf-ray", "7d1c2a3b4c5d6e7f-SYD"),
+        ];
+        let s = served_by(&h).unwrap();
+        assert_eq!(s.pop.as_deref(), Some("SYD"));
+        assert_eq!(s.cache, Some(CacheStatus::Hit));
+        // Another vendor's headers never fill in the gap.
+        let h = vec![
+            ("server-timing", r#"cdn;desc="cloudflare""#),
+            ("x-served-by", "cache-lhr7361-LHR"),
+        ];
+        assert_eq!(served_by(&h).unwrap().pop, None);
     }
 
     #[test]
