@@ -179,9 +179,11 @@ impl<R: NetworkResolver> Ingestor<R> {
     }
 
     /// Reads every line of `bytes` (NDJSON).
-    pub fn ingest_bytes(&mut self, bytes: &[u8], board: &mut Scoreboard) {
-        for line in bytes.split(|b| *b == b'\n') {
-            let _ = self.ingest_line(line, board);
+    pub fn ingest_bytes(&mut self, mut bytes: &[u8], board: &mut Scoreboard) {
+        while !bytes.is_empty() {
+            let end = find_newline(bytes).unwrap_or(bytes.len());
+            let _ = self.ingest_line(&bytes[..end], board);
+            bytes = bytes.get(end + 1..).unwrap_or_default();
         }
     }
 
@@ -235,8 +237,12 @@ impl<R: NetworkResolver> Ingestor<R> {
         line: &[u8],
         board: &mut Scoreboard,
     ) -> Result<(usize, bool), (BadLine, Option<String>)> {
-        let raw: RawLine<'_> =
-            serde_json::from_slice(line).map_err(|e| (BadLine::NotJson, Some(e.to_string())))?;
+        let raw: RawLine<'_> = match fast::parse(line) {
+            Some(raw) => raw,
+            None => {
+                serde_json::from_slice(line).map_err(|e| (BadLine::NotJson, Some(e.to_string())))?
+            }
+        };
         let at = Timestamp::from_millis(raw.at.ok_or((BadLine::MissingTime, None))?);
         let network = self.network(&raw)?;
         let unresolved = network.is_unknown();
@@ -340,7 +346,31 @@ impl<R: NetworkResolver> Ingestor<R> {
     }
 }
 
-#[derive(Deserialize)]
+/// The first `\n`, eight bytes at a time.
+#[inline]
+fn find_newline(b: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let mut i = 0;
+    let mut chunks = b.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word) ^ (ONES * u64::from(b'\n'));
+        let found = x.wrapping_sub(ONES) & !x & HIGHS;
+        if found != 0 {
+            return Some(i + (found.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|c| *c == b'\n')
+        .map(|p| i + p)
+}
+
+#[derive(Debug, PartialEq, Deserialize, Default)]
 struct RawLine<'a> {
     #[serde(default)]
     at: Option<u64>,
@@ -358,6 +388,7 @@ struct RawLine<'a> {
     times: Option<RawTimes<'a>>,
 }
 
+#[derive(Debug, PartialEq)]
 enum RawTimes<'a> {
     ByProvider(Vec<(Cow<'a, str>, Option<f64>)>),
     InOrder(Vec<Option<f64>>),
@@ -388,6 +419,197 @@ impl<'de: 'a, 'a> Deserialize<'de> for RawTimes<'a> {
         }
         d.deserialize_any(V(std::marker::PhantomData))
             .map_err(de::Error::custom)
+    }
+}
+
+/// The fast path: a scanner for the flat lines receivers write. It reads only the known keys
+/// and gives up (`None`) on anything it does not handle exactly as `serde_json` would (escapes,
+/// nested values, duplicate keys, odd numbers); the line then goes through `serde_json`, so both
+/// paths accept and refuse the same lines.
+mod fast {
+    use std::borrow::Cow;
+
+    use super::RawLine;
+
+    const AT: u8 = 1;
+    const IP: u8 = 2;
+    const ASN: u8 = 4;
+    const COUNTRY: u8 = 8;
+    const TTFB: u8 = 16;
+    const PROVIDER: u8 = 32;
+
+    enum Value<'a> {
+        Str(&'a str),
+        Num(&'a [u8]),
+        Null,
+        Other,
+    }
+
+    #[inline]
+    fn ws(b: &[u8], mut i: usize) -> usize {
+        while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\r' | b'\n') {
+            i += 1;
+        }
+        i
+    }
+
+    /// A string body from just after its opening quote; `None` on an escape or a control byte.
+    #[inline]
+    fn string(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
+        let len = b
+            .get(i..)?
+            .iter()
+            .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
+        (b[i + len] == b'"').then(|| (&b[i..i + len], i + len + 1))
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, as JSON writes numbers.
+    fn json_number(n: &[u8]) -> bool {
+        let mut i = usize::from(n.first() == Some(&b'-'));
+        let digits = |i: &mut usize| {
+            let start = *i;
+            while *i < n.len() && n[*i].is_ascii_digit() {
+                *i += 1;
+            }
+            *i - start
+        };
+        let start = i;
+        let int = digits(&mut i);
+        if int == 0 || (int > 1 && n[start] == b'0') {
+            return false;
+        }
+        if n.get(i) == Some(&b'.') {
+            i += 1;
+            if digits(&mut i) == 0 {
+                return false;
+            }
+        }
+        if matches!(n.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(n.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            if digits(&mut i) == 0 {
+                return false;
+            }
+        }
+        i == n.len()
+    }
+
+    #[inline]
+    fn integer(n: &[u8]) -> Option<u64> {
+        if n.is_empty() || n.len() > 19 || (n.len() > 1 && n[0] == b'0') {
+            return None;
+        }
+        let mut v: u64 = 0;
+        for c in n {
+            if !c.is_ascii_digit() {
+                return None;
+            }
+            v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+        }
+        Some(v)
+    }
+
+    pub(super) fn parse(line: &[u8]) -> Option<RawLine<'_>> {
+        let text = std::str::from_utf8(line).ok()?;
+        let b = text.as_bytes();
+        let mut out = RawLine::default();
+        let mut seen = 0u8;
+        let mut i = ws(b, 0);
+        if b.get(i) != Some(&b'{') {
+            return None;
+        }
+        i = ws(b, i + 1);
+        if b.get(i) == Some(&b'}') {
+            return (ws(b, i + 1) == b.len()).then_some(out);
+        }
+        loop {
+            if b.get(i) != Some(&b'"') {
+                return None;
+            }
+            let (key, next) = string(b, i + 1)?;
+            i = ws(b, next);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            i = ws(b, i + 1);
+            let value = match *b.get(i)? {
+                b'"' => {
+                    let (v, next) = string(b, i + 1)?;
+                    // Both ends sit on ASCII quotes, so this is a whole UTF-8 slice.
+                    let v = text.get(i + 1..i + 1 + v.len())?;
+                    i = next;
+                    Value::Str(v)
+                }
+                b'-' | b'0'..=b'9' => {
+                    let len = b[i..]
+                        .iter()
+                        .position(|c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                        .unwrap_or(b.len() - i);
+                    let n = &b[i..i + len];
+                    if !json_number(n) {
+                        return None;
+                    }
+                    i += len;
+                    Value::Num(n)
+                }
+                b'n' if b.get(i..i + 4) == Some(b"null") => {
+                    i += 4;
+                    Value::Null
+                }
+                b't' if b.get(i..i + 4) == Some(b"true") => {
+                    i += 4;
+                    Value::Other
+                }
+                b'f' if b.get(i..i + 5) == Some(b"false") => {
+                    i += 5;
+                    Value::Other
+                }
+                _ => return None,
+            };
+            let bit = match key {
+                b"at" => AT,
+                b"ip" => IP,
+                b"asn" => ASN,
+                b"country" => COUNTRY,
+                b"ttfb" => TTFB,
+                b"provider" => PROVIDER,
+                b"times" => return None,
+                _ => 0,
+            };
+            if bit != 0 {
+                if seen & bit != 0 {
+                    return None;
+                }
+                seen |= bit;
+                match (bit, value) {
+                    (_, Value::Null) => {}
+                    (AT, Value::Num(n)) => out.at = Some(integer(n)?),
+                    (ASN, Value::Num(n)) => out.asn = Some(u32::try_from(integer(n)?).ok()?),
+                    (TTFB, Value::Num(n)) => {
+                        out.ttfb = Some(match integer(n) {
+                            Some(v) if v < (1 << 53) => v as f64,
+                            _ => std::str::from_utf8(n)
+                                .ok()?
+                                .parse::<f64>()
+                                .ok()
+                                .filter(|f| f.is_finite())?,
+                        })
+                    }
+                    (IP, Value::Str(v)) => out.ip = Some(Cow::Borrowed(v)),
+                    (COUNTRY, Value::Str(v)) => out.country = Some(Cow::Borrowed(v)),
+                    (PROVIDER, Value::Str(v)) => out.provider = Some(Cow::Borrowed(v)),
+                    _ => return None,
+                }
+            }
+            i = ws(b, i);
+            match b.get(i) {
+                Some(b',') => i = ws(b, i + 1),
+                Some(b'}') => return (ws(b, i + 1) == b.len()).then_some(out),
+                _ => return None,
+            }
+        }
     }
 }
 
@@ -465,6 +687,29 @@ mod tests {
     }
 
     #[test]
+    fn finds_newlines_anywhere_in_a_word() {
+        for n in 0..40 {
+            let mut v = vec![b'a'; 40];
+            v[n] = b'\n';
+            assert_eq!(find_newline(&v), Some(n));
+        }
+        assert_eq!(find_newline(b"no newline at all here"), None);
+        assert_eq!(find_newline(&[0x8a, 0x0b, 0x09, 0xff, 0x80, 0x0a]), Some(5));
+    }
+
+    #[test]
+    fn the_fast_path_takes_the_lines_receivers_write() {
+        let line = br#"{"at":1764504000000,"ip":"203.0.113.7","path":"/p/1","ttfb":182,"provider":"fastly","pop":"LHR","cache":"HIT"}"#;
+        let fast = fast::parse(line).unwrap();
+        assert_eq!(fast, serde_json::from_slice::<RawLine<'_>>(line).unwrap());
+        assert_eq!(fast.ttfb, Some(182.0));
+        // Escapes, nested values and probe times go through serde_json.
+        assert!(fast::parse(br#"{"at":1,"path":"caf\u00e9","ttfb":1,"provider":"a"}"#).is_none());
+        assert!(fast::parse(br#"{"at":1,"times":{"a":1}}"#).is_none());
+        assert!(fast::parse(br#"{"at":1,"at":2}"#).is_none());
+    }
+
+    #[test]
     fn a_reader_stream_gives_the_same_report_as_bytes() {
         let text = b"{\"at\":1,\"ttfb\":10,\"provider\":\"fastly\"}\r\n\n{\"at\":1}\n{\"at\":1,\"ttfb\":11,\"provider\":\"cloudflare\"}";
         let mut a = Ingestor::new(crate::resolve::NoResolver);
@@ -478,7 +723,56 @@ mod tests {
         assert_eq!(a.report().lines, 0);
     }
 
+    fn fragment() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let key = prop_oneof![
+            Just("at"),
+            Just("ip"),
+            Just("asn"),
+            Just("country"),
+            Just("ttfb"),
+            Just("provider"),
+            Just("path"),
+            Just("pop"),
+            Just("x"),
+        ];
+        let value = prop_oneof![
+            Just("1764504000000"),
+            Just("182"),
+            Just("182.5"),
+            Just("-4"),
+            Just("1e3"),
+            Just("01"),
+            Just("1."),
+            Just("null"),
+            Just("true"),
+            Just("\"fastly\""),
+            Just("\"203.0.113.9\""),
+            Just("\"DE\""),
+            Just("\"a\\u00e9\""),
+            Just("{}"),
+            Just("[1]"),
+            Just("4294967296"),
+            Just("\"caf\u{e9}\""),
+        ];
+        (key, value).prop_map(|(k, v)| format!("\"{k}\":{v}"))
+    }
+
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(5_000))]
+        #[test]
+        fn the_fast_path_reads_lines_exactly_as_serde_json_does(
+            parts in proptest::collection::vec(fragment(), 0..7),
+            spaced in proptest::bool::ANY,
+        ) {
+            let sep = if spaced { " , " } else { "," };
+            let line = format!("{{{}}}", parts.join(sep));
+            let serde: Result<RawLine<'_>, _> = serde_json::from_str(&line);
+            if let Some(fast) = fast::parse(line.as_bytes()) {
+                proptest::prop_assert_eq!(Some(fast), serde.ok(), "{}", line);
+            }
+        }
+
         #[test]
         fn no_line_makes_ingestion_panic(line in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
             let mut ing = Ingestor::new(crate::resolve::NoResolver);

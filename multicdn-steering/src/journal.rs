@@ -17,6 +17,7 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -162,6 +163,70 @@ impl JournalEntry {
             }
         }
         (w > 0.0).then(|| sum / w)
+    }
+}
+
+impl fmt::Display for JournalEntry {
+    /// One line for people: `2026-12-01T09:00:00Z as7922 rum: cloudflare 50%, fastly 50% ->
+    /// cloudflare 70%, fastly 30% (cloudflare 120.2 ms vs fastly 154.7 ms at AS7922: 34.5 ms,
+    /// 22.3%, beyond 20 ms and 10.0%)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rule = serde_json::to_value(self.rule)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        write!(
+            f,
+            "{} {} {rule}: {} -> {}",
+            self.at, self.cohort, self.before, self.after
+        )?;
+        let e = &self.evidence;
+        let mut parts: Vec<String> = Vec::new();
+        if let (Some(gap), Some(rel)) = (e.gap_ms, e.gap_relative) {
+            let mut by_score: Vec<(&ProviderId, &f64)> = e.scores.iter().collect();
+            by_score.sort_by(|a, b| a.1.total_cmp(b.1));
+            let scores = by_score
+                .iter()
+                .map(|(p, s)| format!("{p} {s:.1} ms"))
+                .collect::<Vec<_>>()
+                .join(" vs ");
+            let at = e.network.map(|n| format!(" at {n}")).unwrap_or_default();
+            parts.push(format!(
+                "{scores}{at}: {gap:.1} ms, {:.1}%, beyond {:.0} ms and {:.1}%{}",
+                rel * 100.0,
+                e.required_ms.unwrap_or_default(),
+                e.required_relative.unwrap_or_default() * 100.0,
+                if e.switching_back {
+                    " (switching back)"
+                } else {
+                    ""
+                }
+            ));
+        } else if !e.scores.is_empty() && !e.is_empty_note() {
+            parts.push(
+                e.scores
+                    .iter()
+                    .map(|(p, s)| format!("{p} {s:.1} ms"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
+        }
+        if let Some(g) = e.capped_by {
+            parts.push(format!("capped by {g:?}"));
+        }
+        if !e.note.is_empty() {
+            parts.push(e.note.clone());
+        }
+        if !parts.is_empty() {
+            write!(f, " ({})", parts.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+impl Evidence {
+    fn is_empty_note(&self) -> bool {
+        self.note.is_empty()
     }
 }
 
@@ -546,6 +611,24 @@ mod tests {
         assert_eq!(
             j.query(&Query::cohort(CohortId::new("as1").unwrap())).len(),
             1
+        );
+    }
+
+    #[test]
+    fn an_entry_reads_as_one_line_for_people() {
+        let mut e = entry(0, "as7922", 5000, 7000, (100.0, 150.0));
+        e.evidence.gap_ms = Some(50.0);
+        e.evidence.gap_relative = Some(0.333);
+        e.evidence.required_ms = Some(20.0);
+        e.evidence.required_relative = Some(0.1);
+        let line = e.to_string();
+        assert!(
+            line.contains("as7922 rum: a 50%, b 50% -> a 70%, b 30%"),
+            "{line}"
+        );
+        assert!(
+            line.contains("a 100.0 ms vs b 150.0 ms: 50.0 ms, 33.3%, beyond 20 ms and 10.0%"),
+            "{line}"
         );
     }
 

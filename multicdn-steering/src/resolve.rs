@@ -9,7 +9,6 @@
 //! use multicdn_steering::resolve::{NetworkResolver, PrefixTable};
 //!
 //! let table = PrefixTable::from_lines("
-//!     # prefix        asn       country
 //!     203.0.113.0/24  AS64500   DE
 //!     203.0.113.128/25 AS64501  -
 //!     2001:db8::/32   AS64502   US
@@ -62,6 +61,9 @@ impl NetworkResolver for NoResolver {
 #[derive(Clone, Default)]
 pub struct PrefixTable {
     v4: Vec<(u32, u32, u32)>,
+    /// For each /16 block `b`: how many IPv4 ranges start before `b << 16` (65,537 entries), so
+    /// a lookup searches only the ranges that start inside the address's /16.
+    v4_blocks: Vec<u32>,
     v6: Vec<(u128, u128, u32)>,
     values: Vec<ClientNetwork>,
 }
@@ -109,12 +111,21 @@ impl PrefixTableBuilder {
 
     /// The table.
     pub fn build(self) -> PrefixTable {
-        let v4 = flatten(self.v4)
+        let v4: Vec<(u32, u32, u32)> = flatten(self.v4)
             .into_iter()
             .map(|(s, e, v)| (s as u32, e as u32, v))
             .collect();
+        let mut v4_blocks = Vec::with_capacity((1 << 16) + 1);
+        let mut i = 0usize;
+        for block in 0..=(1u64 << 16) {
+            while i < v4.len() && u64::from(v4[i].0) < block << 16 {
+                i += 1;
+            }
+            v4_blocks.push(i as u32);
+        }
         PrefixTable {
             v4,
+            v4_blocks,
             v6: flatten(self.v6),
             values: self.values,
         }
@@ -166,13 +177,28 @@ impl PrefixTable {
     #[inline]
     pub fn lookup(&self, ip: IpAddr) -> Option<&ClientNetwork> {
         let idx = match ip {
-            IpAddr::V4(a) => find(&self.v4, u32::from(a)),
+            IpAddr::V4(a) => self.find_v4(u32::from(a)),
             IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => find(&self.v4, u32::from(v4)),
+                Some(v4) => self.find_v4(u32::from(v4)),
                 None => find(&self.v6, u128::from(a)),
             },
         }?;
         self.values.get(idx as usize)
+    }
+
+    #[inline]
+    fn find_v4(&self, ip: u32) -> Option<u32> {
+        let block = (ip >> 16) as usize;
+        let (Some(&lo), Some(&hi)) = (self.v4_blocks.get(block), self.v4_blocks.get(block + 1))
+        else {
+            return find(&self.v4, ip);
+        };
+        // Ranges starting before this /16 all start at or below `ip`; those starting after it
+        // all start above: the answer is the last range starting at or below `ip`.
+        let (lo, hi) = (lo as usize, hi as usize);
+        let i = lo + self.v4.get(lo..hi)?.partition_point(|r| r.0 <= ip);
+        let r = self.v4.get(i.checked_sub(1)?)?;
+        (ip <= r.1).then_some(r.2)
     }
 
     /// How many disjoint ranges the table holds.

@@ -1,10 +1,13 @@
 //! A compact, mergeable quantile sketch with a 1% relative-error bound.
 //!
-//! Values (milliseconds) fall into logarithmic bins: bin `k` holds `(m·γ^(k-1), m·γ^k]` with
-//! `γ = (1+α)/(1-α)`, `α = 0.9%` and `m = 0.05 ms`, and reads back as the bin's midpoint
-//! `2·m·γ^k/(γ+1)`, which is within `α` of every value in the bin. So any quantile read from a
-//! [`Sketch`] is within 1% (relative) of the true value at that rank, whatever the distribution
-//! and however sketches are merged: merging adds bin counts, which is exact.
+//! Values (milliseconds) fall into logarithmic bins, 40 to an octave: bin `j` holds
+//! `[m·γ^j, m·γ^(j+1))` with `γ = 2^(1/40)` and `m = 0.05 ms`, and reads back as
+//! `2·m·γ^(j+1)/(γ+1)`, which is within `α = (γ−1)/(γ+1) ≈ 0.87%` of every value in the bin. The
+//! bin is found from the value's binary exponent and a 4096-entry table over its mantissa (no
+//! logarithm on the hot path); a value within one table cell (0.025%) of a bin edge may land in
+//! the lower bin, which keeps the bound under 0.9%. So any quantile read from a [`Sketch`] is
+//! within 1% (relative) of the true value at that rank, whatever the distribution and however
+//! sketches are merged: merging adds bin counts, which is exact.
 //!
 //! Bins are stored sparsely: one `u32` per non-empty bin (an 11-bit bin number and a 21-bit
 //! count; a bin past two million samples continues in a second entry). A cell of a few hundred
@@ -28,8 +31,8 @@ use std::fmt;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// The relative accuracy: every quantile is within this fraction of the true value.
-pub const RELATIVE_ACCURACY: f64 = 0.009;
+/// Bins per doubling of the value.
+pub const BINS_PER_OCTAVE: u32 = 40;
 /// Values at or under this (milliseconds) share the lowest bin.
 pub const MIN_VALUE: f64 = 0.05;
 
@@ -39,29 +42,46 @@ const MAX_KEY: u32 = (1 << KEY_BITS) - 1;
 const MAX_COUNT: u32 = (1 << COUNT_BITS) - 1;
 /// How many bins a sketch can address.
 pub const BINS: usize = 1 << KEY_BITS;
+const TABLE_BITS: u32 = 12;
 
 fn gamma() -> f64 {
-    (1.0 + RELATIVE_ACCURACY) / (1.0 - RELATIVE_ACCURACY)
+    2f64.powf(1.0 / f64::from(BINS_PER_OCTAVE))
 }
 
-fn inv_ln_gamma() -> f64 {
-    1.0 / gamma().ln()
+/// The relative accuracy: every quantile is within this fraction of the true value.
+pub fn relative_accuracy() -> f64 {
+    let g = gamma();
+    (g - 1.0) / (g + 1.0) + 1.0 / f64::from(1u32 << TABLE_BITS)
 }
 
-/// The bin of a value (finite, non-negative).
+/// `floor(40·log2(1 + i/4096))` for each mantissa cell `i`.
+fn mantissa_table() -> &'static [u8; 1 << TABLE_BITS] {
+    static TABLE: std::sync::OnceLock<[u8; 1 << TABLE_BITS]> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut t = [0u8; 1 << TABLE_BITS];
+        for (i, slot) in t.iter_mut().enumerate() {
+            let f = 1.0 + i as f64 / f64::from(1u32 << TABLE_BITS);
+            *slot = (f64::from(BINS_PER_OCTAVE) * f.log2())
+                .floor()
+                .min(f64::from(BINS_PER_OCTAVE - 1)) as u8;
+        }
+        t
+    })
+}
+
+/// The bin of a value (finite, non-negative): 0 for values at or under [`MIN_VALUE`], else
+/// `1 + 40·exponent + table[mantissa]` of `value / MIN_VALUE`.
 #[inline]
-fn key_of(v: f64, inv_ln_gamma: f64) -> u32 {
-    if v <= MIN_VALUE {
+fn key_of(v: f64, table: &[u8; 1 << TABLE_BITS]) -> u32 {
+    let x = v * (1.0 / MIN_VALUE);
+    if x <= 1.0 {
         return 0;
     }
-    let k = ((v / MIN_VALUE).ln() * inv_ln_gamma).ceil();
-    if k >= f64::from(MAX_KEY) {
-        MAX_KEY
-    } else if k < 1.0 {
-        1
-    } else {
-        k as u32
-    }
+    let bits = x.to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i64 - 1023;
+    let cell = ((bits >> (52 - TABLE_BITS)) & ((1 << TABLE_BITS) - 1)) as usize;
+    let k = 1 + exponent * i64::from(BINS_PER_OCTAVE) + i64::from(table[cell]);
+    k.clamp(1, i64::from(MAX_KEY)) as u32
 }
 
 /// The value a bin reads back as.
@@ -109,7 +129,7 @@ impl Sketch {
         if !value.is_finite() || value < 0.0 {
             return false;
         }
-        self.insert_key(key_of(value, inv_ln_gamma()));
+        self.insert_key(key_of(value, mantissa_table()));
         true
     }
 
@@ -270,8 +290,8 @@ impl fmt::Debug for Sketch {
 
 #[derive(Serialize, Deserialize)]
 struct SketchWire {
-    /// Checked on reading, so sketches of another accuracy are never merged.
-    alpha: f64,
+    /// Checked on reading, so sketches of another resolution are never merged.
+    bins_per_octave: u32,
     min: f64,
     /// `[bin, count]` pairs.
     bins: Vec<(u32, u64)>,
@@ -287,7 +307,7 @@ impl Serialize for Sketch {
             }
         }
         SketchWire {
-            alpha: RELATIVE_ACCURACY,
+            bins_per_octave: BINS_PER_OCTAVE,
             min: MIN_VALUE,
             bins,
         }
@@ -298,10 +318,10 @@ impl Serialize for Sketch {
 impl<'de> Deserialize<'de> for Sketch {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let wire = SketchWire::deserialize(d)?;
-        if wire.alpha != RELATIVE_ACCURACY || wire.min != MIN_VALUE {
+        if wire.bins_per_octave != BINS_PER_OCTAVE || wire.min != MIN_VALUE {
             return Err(D::Error::custom(format!(
-                "sketch has accuracy {} and floor {} ms; this build reads only accuracy {RELATIVE_ACCURACY} and floor {MIN_VALUE} ms",
-                wire.alpha, wire.min
+                "sketch has {} bins an octave from {} ms; this build reads only {BINS_PER_OCTAVE} bins an octave from {MIN_VALUE} ms",
+                wire.bins_per_octave, wire.min
             )));
         }
         let mut acc = Accumulator::new();
@@ -467,7 +487,7 @@ mod tests {
     #[test]
     fn a_bin_past_its_count_limit_continues_in_a_second_entry() {
         let mut s = Sketch::new();
-        let k = key_of(100.0, inv_ln_gamma());
+        let k = key_of(100.0, mantissa_table());
         s.entries.push(entry(k, MAX_COUNT));
         s.count = u64::from(MAX_COUNT);
         s.insert(100.0);
@@ -480,13 +500,15 @@ mod tests {
 
     #[test]
     fn refuses_a_sketch_of_another_accuracy() {
-        let err = serde_json::from_str::<Sketch>(r#"{"alpha":0.02,"min":0.05,"bins":[]}"#)
+        let err = serde_json::from_str::<Sketch>(r#"{"bins_per_octave":20,"min":0.05,"bins":[]}"#)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("accuracy 0.02"), "{err}");
+        assert!(err.contains("20 bins an octave"), "{err}");
         assert!(
-            serde_json::from_str::<Sketch>(r#"{"alpha":0.009,"min":0.05,"bins":[[9999,1]]}"#)
-                .is_err()
+            serde_json::from_str::<Sketch>(
+                r#"{"bins_per_octave":40,"min":0.05,"bins":[[9999,1]]}"#
+            )
+            .is_err()
         );
     }
 

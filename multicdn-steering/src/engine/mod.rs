@@ -36,7 +36,9 @@
 pub mod cohorts;
 pub mod state;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasherDefault;
 
 use multicdn_core::policy::{Pin, SteeringPolicy};
 use multicdn_core::{
@@ -45,7 +47,7 @@ use multicdn_core::{
 };
 use serde::{Deserialize, Serialize};
 
-pub use state::{CohortMemory, EngineState, LastMove};
+pub use state::{CohortMemory, EngineState, IdHasher, LastMove};
 
 use crate::journal::{Evidence, Guardrail, JournalEntry, Rule};
 
@@ -339,11 +341,13 @@ fn fallback(
 
 struct Work<'a> {
     id: CohortId,
-    networks: Vec<NetworkKey>,
+    networks: Cow<'a, [NetworkKey]>,
     input: Option<&'a CohortInput>,
     share: f64,
     w: Weights,
     region: bool,
+    mem: CohortMemory,
+    moved: bool,
 }
 
 struct Proposal {
@@ -355,18 +359,12 @@ struct Proposal {
     gap: f64,
 }
 
-fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Decision {
+type IdMap<'a, V> = HashMap<&'a CohortId, V, BuildHasherDefault<IdHasher>>;
+
+fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> Decision {
     let now = ctx.now;
-    let mut state = inputs.state.clone();
-    state.prune(now);
-    let current: HashMap<&CohortId, &CohortPlan> = inputs
-        .current
-        .cohorts
-        .iter()
-        .map(|c| (&c.cohort, c))
-        .collect();
-    let statics: HashMap<&CohortId, &CohortPlan> =
-        static_plan.cohorts.iter().map(|c| (&c.cohort, c)).collect();
+    let old = &inputs.state;
+    let region_of = |id: &CohortId| static_plan.cohorts.iter().position(|c| &c.cohort == id);
     let default_id = static_plan
         .cohorts
         .iter()
@@ -374,105 +372,122 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         .map(|c| c.cohort.clone())
         .unwrap_or_else(default_cohort_id);
     let pins: Vec<&Pin> = ctx.steering.pins.iter().filter(|p| now < p.until).collect();
-
-    // The cohorts of this round: finer ones (sorted by id) first, then the regions in order.
-    let mut finer: BTreeMap<CohortId, (Vec<NetworkKey>, Option<&CohortInput>)> = BTreeMap::new();
+    let mut current: IdMap<'_, &CohortPlan> = IdMap::default();
+    current.reserve(inputs.current.cohorts.len());
     for c in &inputs.current.cohorts {
-        if !statics.contains_key(&c.cohort) {
-            finer.insert(c.cohort.clone(), (c.networks.clone(), None));
+        current.insert(&c.cohort, c);
+    }
+
+    // The cohorts of this round: finer ones first (those in force, in plan order, then new
+    // ones in input order, then pinned networks), then the regions in policy order.
+    let mut work: Vec<Work<'_>> =
+        Vec::with_capacity(inputs.cohorts.len() + inputs.current.cohorts.len());
+    let mut index: IdMap<'_, usize> = IdMap::default();
+    index.reserve(work.capacity());
+    let region_count = static_plan.cohorts.len();
+    let new_work =
+        |id: &CohortId, networks: Cow<'a, [NetworkKey]>, w: Weights, region: bool| Work {
+            id: id.clone(),
+            networks,
+            input: None,
+            share: 0.0,
+            w,
+            region,
+            mem: old.cohorts.get(id).cloned().unwrap_or_default(),
+            moved: false,
+        };
+    for c in &inputs.current.cohorts {
+        if region_of(&c.cohort).is_none() && !index.contains_key(&c.cohort) {
+            index.insert(&c.cohort, work.len());
+            work.push(new_work(
+                &c.cohort,
+                Cow::Borrowed(&c.networks),
+                c.weights.clone(),
+                false,
+            ));
         }
     }
+    let mut region_inputs: Vec<Option<&CohortInput>> = vec![None; region_count];
     for i in inputs.cohorts {
-        if !statics.contains_key(&i.cohort) {
-            finer.insert(i.cohort.clone(), (i.networks.clone(), Some(i)));
+        if let Some(r) = region_of(&i.cohort) {
+            region_inputs[r] = Some(i);
+            continue;
         }
+        let at = match index.get(&i.cohort) {
+            Some(at) => *at,
+            None => {
+                let parent = i.parent.as_ref().unwrap_or(&default_id);
+                let Some(start) = current
+                    .get(parent)
+                    .map(|c| &c.weights)
+                    .or_else(|| region_of(parent).map(|r| &static_plan.cohorts[r].weights))
+                else {
+                    continue;
+                };
+                index.insert(&i.cohort, work.len());
+                work.push(new_work(
+                    &i.cohort,
+                    Cow::Borrowed(&i.networks),
+                    start.clone(),
+                    false,
+                ));
+                work.len() - 1
+            }
+        };
+        let item = &mut work[at];
+        item.input = Some(i);
+        item.share = i.share;
+        item.mem.parent = i.parent.clone();
     }
     for pin in &pins {
         let exact = static_plan
             .cohorts
             .iter()
             .any(|c| c.networks == [pin.network])
-            || finer.values().any(|(n, _)| n == &[pin.network]);
+            || work.iter().any(|w| *w.networks == [pin.network]);
         if !exact {
-            finer.insert(cohort_id_for(pin.network), (vec![pin.network], None));
+            let id = cohort_id_for(pin.network);
+            let parent = static_plan
+                .cohorts
+                .iter()
+                .find(|c| c.networks.contains(&pin.network))
+                .map_or(&default_id, |c| &c.cohort);
+            let start = current
+                .get(parent)
+                .map(|c| c.weights.clone())
+                .or_else(|| region_of(parent).map(|r| static_plan.cohorts[r].weights.clone()));
+            if let Some(start) = start {
+                let mut item = new_work(&id, Cow::Owned(vec![pin.network]), start, false);
+                item.mem.parent = Some(parent.clone());
+                work.push(item);
+            }
         }
     }
-    let region_inputs: HashMap<&CohortId, &CohortInput> = inputs
-        .cohorts
-        .iter()
-        .filter(|i| statics.contains_key(&i.cohort))
-        .map(|i| (&i.cohort, i))
-        .collect();
-
-    let parent_of = |id: &CohortId,
-                     networks: &[NetworkKey],
-                     input: Option<&CohortInput>,
-                     state: &EngineState|
-     -> CohortId {
-        if let Some(p) = input.and_then(|i| i.parent.clone()) {
-            return p;
-        }
-        if let Some(p) = state.cohorts.get(id).and_then(|m| m.parent.clone()) {
-            return p;
-        }
-        static_plan
-            .cohorts
-            .iter()
-            .find(|c| networks.iter().any(|n| c.networks.contains(n)))
-            .map(|c| c.cohort.clone())
-            .unwrap_or_else(|| default_id.clone())
-    };
-
-    let mut work: Vec<Work<'_>> = Vec::with_capacity(finer.len() + static_plan.cohorts.len());
-    for (id, (networks, input)) in finer {
-        let parent = parent_of(&id, &networks, input, &state);
-        let Some(before) = current
-            .get(&id)
-            .or_else(|| current.get(&parent))
-            .or_else(|| statics.get(&parent))
-            .or_else(|| statics.get(&default_id))
-            .map(|c| c.weights.clone())
-        else {
-            continue;
-        };
-        let mem = state.cohorts.entry(id.clone()).or_default();
-        mem.parent = Some(parent);
-        work.push(Work {
-            share: input.map_or(0.0, |i| i.share),
-            id,
-            networks,
-            input,
-            w: before,
-            region: false,
-        });
-    }
-    for c in &static_plan.cohorts {
-        let before = current
+    for (r, c) in static_plan.cohorts.iter().enumerate() {
+        let w = current
             .get(&c.cohort)
             .map_or_else(|| c.weights.clone(), |cur| cur.weights.clone());
-        let input = region_inputs.get(&c.cohort).copied();
-        work.push(Work {
-            id: c.cohort.clone(),
-            networks: c.networks.clone(),
-            input,
-            share: input.map_or(0.0, |i| i.share),
-            w: before,
-            region: true,
-        });
+        let mut item = new_work(&c.cohort, Cow::Owned(c.networks.clone()), w, true);
+        item.input = region_inputs[r];
+        item.share = region_inputs[r].map_or(0.0, |i| i.share);
+        work.push(item);
+    }
+    for item in &mut work {
+        item.mem.prune(now);
     }
 
     let mut journal: Vec<JournalEntry> = Vec::new();
     let mut proposals: Vec<Proposal> = Vec::new();
     for (wi, item) in work.iter_mut().enumerate() {
-        let mem = state.cohorts.entry(item.id.clone()).or_default();
         // 1. Health failover.
-        health(ctx, item, mem, &mut journal);
+        health(ctx, item, &mut journal);
+        let mem = &mut item.mem;
         let settling = mem
             .last_move
             .as_ref()
             .is_some_and(|m| now.since(m.at) < ctx.rum.settle.get());
         // 2. Pins.
-        let pin = pins.iter().find(|p| item.networks == [p.network]);
+        let pin = pins.iter().find(|p| *item.networks == [p.network]);
         let proposal = if let Some(pin) = pin {
             pin.weights().ok().and_then(|pw| {
                 let target = floored(ctx, &respect_down(ctx, &pw, &item.w));
@@ -489,7 +504,8 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 })
             })
         } else if let Some(goal) = mem.recovering_to.clone().filter(|_| ctx.down.is_empty()) {
-            if item.w == floored(ctx, &goal) {
+            let goal_floored = floored(ctx, &goal);
+            if item.w == goal_floored {
                 mem.recovering_to = None;
                 None
             } else if settling {
@@ -497,7 +513,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             } else {
                 let target = floored(
                     ctx,
-                    &step_towards(&item.w, &floored(ctx, &goal), ctx.rum.step.bp()),
+                    &step_towards(&item.w, &goal_floored, ctx.rum.step.bp()),
                 );
                 (target != item.w).then(|| Proposal {
                     work: wi,
@@ -536,18 +552,23 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             .then(a.work.cmp(&b.work))
     });
     let g = &ctx.steering.guardrails;
-    let mut total_left =
-        (f64::from(g.max_moved_per_hour.bp()) - state.moved_last_hour(now)).max(0.0);
+    let mut recent: std::collections::VecDeque<(Timestamp, f64)> = old
+        .recent
+        .iter()
+        .filter(|(at, _)| now.since(*at) < state::HOUR)
+        .copied()
+        .collect();
+    let mut total_left = (f64::from(g.max_moved_per_hour.bp())
+        - recent.iter().map(|(_, m)| m).sum::<f64>())
+    .max(0.0);
     let mut held = Vec::new();
-    let mut moved_now: Vec<bool> = vec![false; work.len()];
     for mut p in proposals {
         let item = &mut work[p.work];
-        let mem = state.cohorts.entry(item.id.clone()).or_default();
-        let wanted = item.w.distance(&p.target);
+        let wanted = moved_between(&item.w, &p.target);
         let cohort_left = g
             .max_change_per_cohort
             .bp()
-            .saturating_sub(mem.moved_last_hour(now));
+            .saturating_sub(item.mem.moved_last_hour(now));
         let mut allowed = wanted.min(cohort_left);
         let mut by = (allowed < wanted).then_some(Guardrail::CohortCap);
         if item.share > 0.0 {
@@ -567,7 +588,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             continue;
         }
         let after = step_towards(&item.w, &p.target, allowed);
-        let moved = item.w.distance(&after);
+        let moved = moved_between(&item.w, &after);
         if moved == 0 {
             continue;
         }
@@ -575,35 +596,35 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         let entry = JournalEntry {
             at: now,
             cohort: item.id.clone(),
-            networks: item.networks.clone(),
+            networks: item.networks.to_vec(),
             before: item.w.clone(),
             after: after.clone(),
             rule: p.rule,
             evidence: p.evidence,
         };
         if let Some((from, to)) = entry.direction() {
-            mem.last_move = Some(LastMove { at: now, from, to });
+            item.mem.last_move = Some(LastMove { at: now, from, to });
         }
-        mem.remeasure_due = true;
-        mem.recent.push((now, moved));
+        item.mem.remeasure_due = true;
+        item.mem.recent.push((now, moved));
         let weighted = f64::from(moved) * item.share;
         total_left = (total_left - weighted).max(0.0);
         if weighted > 0.0 {
-            state.recent.push_back((now, weighted));
+            recent.push_back((now, weighted));
         }
         journal.push(entry);
         item.w = after;
-        moved_now[p.work] = true;
+        item.moved = true;
     }
 
     // 6. Floors that the weights in force did not meet (after a recovery, a hand edit).
-    for (wi, item) in work.iter_mut().enumerate() {
-        let fixed = floored(ctx, &item.w);
-        if fixed != item.w {
+    for item in &mut work {
+        if !meets_floors(ctx, &item.w) {
+            let fixed = floored(ctx, &item.w);
             journal.push(JournalEntry {
                 at: now,
                 cohort: item.id.clone(),
-                networks: item.networks.clone(),
+                networks: item.networks.to_vec(),
                 before: item.w.clone(),
                 after: fixed.clone(),
                 rule: Rule::Floor,
@@ -616,9 +637,9 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             item.w = fixed;
         }
         // Settled after a move: measure again, for the realized-improvement figure.
-        let mem = state.cohorts.entry(item.id.clone()).or_default();
+        let mem = &mut item.mem;
         if mem.remeasure_due
-            && !moved_now[wi]
+            && !item.moved
             && mem
                 .last_move
                 .as_ref()
@@ -629,7 +650,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             journal.push(JournalEntry {
                 at: now,
                 cohort: item.id.clone(),
-                networks: item.networks.clone(),
+                networks: item.networks.to_vec(),
                 before: item.w.clone(),
                 after: item.w.clone(),
                 rule: Rule::Remeasured,
@@ -642,29 +663,33 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     }
 
     // Finer cohorts that no longer differ from their region and carry no data are retired.
-    let region_w: HashMap<CohortId, Weights> = work
+    let region_w: Vec<Weights> = work[work.len() - region_count..]
         .iter()
-        .filter(|i| i.region)
-        .map(|i| (i.id.clone(), i.w.clone()))
+        .map(|i| i.w.clone())
         .collect();
     let mut cohorts = Vec::with_capacity(work.len());
+    let mut memory = state::CohortMap::default();
+    memory.reserve(work.len());
     for item in work {
         if !item.region && item.input.is_none() {
-            let mem = state.cohorts.get(&item.id);
-            let parent_w = mem
-                .and_then(|m| m.parent.as_ref())
-                .and_then(|p| region_w.get(p));
-            let busy =
-                mem.is_some_and(|m| m.before_failover.is_some() || m.recovering_to.is_some());
-            let pinned = pins.iter().any(|p| item.networks == [p.network]);
+            let parent_w = item
+                .mem
+                .parent
+                .as_ref()
+                .and_then(|p| region_of(p))
+                .map(|r| &region_w[r]);
+            let busy = item.mem.before_failover.is_some() || item.mem.recovering_to.is_some();
+            let pinned = pins.iter().any(|p| *item.networks == [p.network]);
             if !busy && !pinned && parent_w == Some(&item.w) {
-                state.cohorts.remove(&item.id);
                 continue;
             }
         }
+        if !item.mem.is_idle() || (!item.region && item.input.is_none()) {
+            memory.insert(item.id.clone(), item.mem);
+        }
         cohorts.push(CohortPlan {
             cohort: item.id,
-            networks: item.networks,
+            networks: item.networks.into_owned(),
             weights: item.w,
         });
     }
@@ -675,7 +700,10 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             cohorts,
         },
         journal,
-        state,
+        state: EngineState {
+            cohorts: memory,
+            recent,
+        },
         mode: Mode::Steering,
         held,
     }
@@ -707,12 +735,8 @@ fn evidence_of(input: Option<&CohortInput>) -> Evidence {
 }
 
 /// Rule 1: moves a down provider's traffic away in the policy's steps.
-fn health(
-    ctx: &Ctx<'_>,
-    item: &mut Work<'_>,
-    mem: &mut CohortMemory,
-    journal: &mut Vec<JournalEntry>,
-) {
+fn health(ctx: &Ctx<'_>, item: &mut Work<'_>, journal: &mut Vec<JournalEntry>) {
+    let mem = &mut item.mem;
     let affected = ctx.down.iter().any(|(d, _)| {
         item.w.get(d) > 0 || mem.before_failover.as_ref().is_some_and(|b| b.get(d) > 0)
     });
@@ -748,7 +772,7 @@ fn health(
         journal.push(JournalEntry {
             at: ctx.now,
             cohort: item.id.clone(),
-            networks: item.networks.clone(),
+            networks: item.networks.to_vec(),
             before: item.w.clone(),
             after: w.clone(),
             rule: Rule::Failover,
@@ -796,6 +820,9 @@ fn respect_down(ctx: &Ctx<'_>, target: &Weights, now: &Weights) -> Weights {
 /// Raises every healthy provider under its floor, taking from the providers with the most
 /// room above theirs (down providers last).
 fn floored(ctx: &Ctx<'_>, w: &Weights) -> Weights {
+    if meets_floors(ctx, w) {
+        return w.clone();
+    }
     let mut out = w.clone();
     for p in &ctx.providers {
         if ctx.is_down(p) {
@@ -839,36 +866,83 @@ fn floored(ctx: &Ctx<'_>, w: &Weights) -> Weights {
     out
 }
 
+/// The same provider: the same shared string (the common case, ids cloned from the policy),
+/// or equal text.
+#[inline]
+fn same(a: &ProviderId, b: &ProviderId) -> bool {
+    std::ptr::eq(a.as_str(), b.as_str()) || a == b
+}
+
+#[inline]
+fn share_of(w: &Weights, p: &ProviderId) -> u32 {
+    w.iter().find(|(q, _)| same(q, p)).map_or(0, |(_, bp)| bp)
+}
+
+/// True when every healthy provider is at or above its floor.
+#[inline]
+fn meets_floors(ctx: &Ctx<'_>, w: &Weights) -> bool {
+    ctx.floors
+        .iter()
+        .all(|(p, floor)| share_of(w, p) >= *floor || ctx.is_down(p))
+}
+
 /// Moves up to `budget` basis points from `from` towards `to`: each step from the provider
-/// furthest above its target to the one furthest below.
+/// furthest above its target to the one furthest below (ties to the first by id).
 fn step_towards(from: &Weights, to: &Weights, budget: u32) -> Weights {
-    let mut out = from.clone();
-    let mut left = budget;
-    let mut all: Vec<ProviderId> = from.providers().chain(to.providers()).cloned().collect();
-    all.sort();
-    all.dedup();
+    let mut ids: Vec<&ProviderId> = from.providers().collect();
+    let mut extra = false;
+    for p in to.providers() {
+        if !ids.iter().any(|q| same(q, p)) {
+            ids.push(p);
+            extra = true;
+        }
+    }
+    if extra {
+        ids.sort();
+    }
+    let mut cur: Vec<i64> = ids.iter().map(|p| i64::from(share_of(from, p))).collect();
+    let goal: Vec<i64> = ids.iter().map(|p| i64::from(share_of(to, p))).collect();
+    let mut left = i64::from(budget);
     while left > 0 {
-        let diff = |p: &ProviderId| i64::from(out.get(p)) - i64::from(to.get(p));
-        let over = all
-            .iter()
-            .filter(|p| diff(p) > 0)
-            .max_by_key(|p| (diff(p), std::cmp::Reverse((*p).clone())));
-        let under = all
-            .iter()
-            .filter(|p| diff(p) < 0)
-            .min_by_key(|p| (diff(p), (*p).clone()));
+        let (mut over, mut under) = (None::<usize>, None::<usize>);
+        for i in 0..ids.len() {
+            let d = cur[i] - goal[i];
+            if d > 0 && over.is_none_or(|o| d > cur[o] - goal[o]) {
+                over = Some(i);
+            }
+            if d < 0 && under.is_none_or(|u| d < cur[u] - goal[u]) {
+                under = Some(i);
+            }
+        }
         let (Some(o), Some(u)) = (over, under) else {
             break;
         };
-        let amount = (diff(o) as u32).min((-diff(u)) as u32).min(left);
-        let (next, moved) = out.shift(o, u, amount);
-        if moved == 0 {
-            break;
-        }
-        out = next;
-        left -= moved;
+        let amount = (cur[o] - goal[o]).min(goal[u] - cur[u]).min(left);
+        cur[o] -= amount;
+        cur[u] += amount;
+        left -= amount;
     }
-    out
+    Weights::new(
+        ids.into_iter().cloned().zip(
+            cur.into_iter()
+                .map(|x| x.clamp(0, i64::from(TOTAL_BP)) as u32),
+        ),
+    )
+    .unwrap_or_else(|_| from.clone())
+}
+
+/// Basis points that move between two splits (half the sum of absolute differences).
+fn moved_between(a: &Weights, b: &Weights) -> u32 {
+    let mut total = 0u32;
+    for (p, x) in a.iter() {
+        total += x.abs_diff(share_of(b, p));
+    }
+    for (p, y) in b.iter() {
+        if !a.providers().any(|q| same(q, p)) {
+            total += y;
+        }
+    }
+    total / 2
 }
 
 /// Rules 3–5: significance, hysteresis and damping.
@@ -879,28 +953,32 @@ fn rum(
     last: Option<&LastMove>,
 ) -> Option<(Weights, Evidence, f64)> {
     let rum = ctx.rum;
-    let mut scored: Vec<(&ProviderId, f64)> = input
-        .evidence
-        .iter()
-        .filter(|e| {
-            e.samples >= rum.min_samples
-                && !ctx.is_down(&e.provider)
-                && ctx.providers.contains(&e.provider)
-        })
-        .filter_map(|e| {
-            e.score
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(|s| (&e.provider, s))
-        })
-        .collect();
-    if scored.len() < 2 {
+    let mut slots: [(Option<&ProviderId>, f64); 8] = [(None, 0.0); 8];
+    let mut n = 0;
+    for e in &input.evidence {
+        if n == slots.len() {
+            break;
+        }
+        if e.samples >= rum.min_samples
+            && !ctx.is_down(&e.provider)
+            && let Some(s) = e.score.filter(|s| s.is_finite() && *s >= 0.0)
+            && ctx.providers.iter().any(|p| same(p, &e.provider))
+        {
+            slots[n] = (Some(&e.provider), s);
+            n += 1;
+        }
+    }
+    if n < 2 {
         return None;
     }
+    let scored = &mut slots[..n];
     // Slowest first.
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+    scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     let (best, best_score) = *scored.last()?;
+    let best = best?;
     for &(slow, slow_score) in &scored[..scored.len() - 1] {
-        let room = w.get(slow).saturating_sub(ctx.floor(slow));
+        let slow = slow?;
+        let room = share_of(w, slow).saturating_sub(ctx.floor(slow));
         if room == 0 {
             continue;
         }
@@ -930,12 +1008,6 @@ fn rum(
             required_ms: Some(rounded(need_ms, 1e3)),
             required_relative: Some(rounded(need_rel, 1e6)),
             switching_back,
-            note: format!(
-                "{best} {best_score:.1} ms vs {slow} {slow_score:.1} ms: {gap:.1} ms ({:.1}%) beyond {need_ms:.0} ms and {:.1}%; moving {}%",
-                relative * 100.0,
-                need_rel * 100.0,
-                f64::from(amount) / 100.0
-            ),
             ..evidence_of(Some(input))
         };
         return Some((target, evidence, relative));

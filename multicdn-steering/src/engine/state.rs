@@ -2,6 +2,7 @@
 //! stays a pure function.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
 use multicdn_core::{CohortId, ProviderId, Timestamp, Weights};
@@ -9,6 +10,49 @@ use serde::{Deserialize, Serialize};
 
 /// The hour the movement caps look back over.
 pub const HOUR: Duration = Duration::from_secs(3600);
+
+/// A fast hasher for cohort ids (short strings this process made; not exposed to untrusted
+/// keys in a way that matters: a collision costs time, never correctness).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        let x = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        x ^ (x >> 32)
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
+                .wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
+                .wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(i)).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.0 = (self.0.rotate_left(5) ^ i as u64).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+    }
+}
+
+/// The per-cohort memory map.
+pub type CohortMap = HashMap<CohortId, CohortMemory, BuildHasherDefault<IdHasher>>;
 
 /// A cohort's last optimizing move.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,7 +103,8 @@ impl CohortMemory {
         self.recent.retain(|(at, _)| now.since(*at) < HOUR);
     }
 
-    fn is_idle(&self) -> bool {
+    /// True when there is nothing to remember but the parent.
+    pub(crate) fn is_idle(&self) -> bool {
         self.last_move.is_none()
             && !self.remeasure_due
             && self.recent.is_empty()
@@ -72,7 +117,7 @@ impl CohortMemory {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct EngineState {
     /// Per cohort.
-    pub cohorts: HashMap<CohortId, CohortMemory>,
+    pub cohorts: CohortMap,
     /// Optimizing moves in the last hour, weighted by each cohort's traffic share, in basis
     /// points of all traffic.
     pub recent: VecDeque<(Timestamp, f64)>,
