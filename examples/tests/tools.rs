@@ -600,3 +600,171 @@ fn steer_plan_prints_the_route53_sets_and_diff_without_credentials_exits_2() {
         stderr(&diff)
     );
 }
+
+/// A loopback NS1 holding one record: `GET`, `PUT` (create) and `POST` (update) of
+/// `/v1/zones/{zone}/{domain}/{type}`, answering 401 to any key but `test-ns1-key`.
+async fn fake_ns1() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Option<serde_json::Value>>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    use axum::extract::State;
+    use axum::http::StatusCode;
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::get;
+    type Stored = std::sync::Arc<std::sync::Mutex<Option<serde_json::Value>>>;
+
+    fn authorised(headers: &HeaderMap) -> bool {
+        headers.get("x-nsone-key").and_then(|v| v.to_str().ok()) == Some("test-ns1-key")
+    }
+    async fn read(State(s): State<Stored>, headers: HeaderMap) -> Response {
+        if !authorised(&headers) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(serde_json::json!({"message": "Unauthorized"})),
+            )
+                .into_response();
+        }
+        match s.lock().unwrap().clone() {
+            Some(record) => axum::Json(record).into_response(),
+            None => (
+                StatusCode::NOT_FOUND,
+                axum::Json(serde_json::json!({"message": "record not found"})),
+            )
+                .into_response(),
+        }
+    }
+    async fn write(
+        State(s): State<Stored>,
+        headers: HeaderMap,
+        axum::Json(record): axum::Json<serde_json::Value>,
+    ) -> Response {
+        if !authorised(&headers) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(serde_json::json!({"message": "Unauthorized"})),
+            )
+                .into_response();
+        }
+        *s.lock().unwrap() = Some(record.clone());
+        axum::Json(record).into_response()
+    }
+    let stored: Stored = Stored::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let app = Router::new()
+        .route(
+            "/v1/zones/{zone}/{domain}/{rtype}",
+            get(read).put(write).post(write),
+        )
+        .with_state(stored.clone());
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    (format!("http://{addr}"), stored, stop)
+}
+
+#[test]
+fn steer_diff_exits_1_until_applied_and_a_big_change_needs_force() {
+    let rt = Runtime::new().unwrap();
+    let (endpoint, stored, _stop) = rt.block_on(fake_ns1());
+    let key = [("NS1_API_KEY", "test-ns1-key")];
+    let steer = |action: &str, policy: &str, extra: &[&str]| {
+        let mut args = vec![
+            action,
+            "--policy",
+            policy,
+            "--vendor",
+            "ns1",
+            "--endpoint",
+            &endpoint,
+        ];
+        args.extend(extra);
+        run("steer", &args, &key)
+    };
+    let policy = policy();
+
+    let diff = steer("diff", &policy, &[]);
+    assert_eq!(code(&diff), 1, "{}{}", stdout(&diff), stderr(&diff));
+    assert!(
+        stdout(&diff).contains("create www.example.com CNAME"),
+        "{}",
+        stdout(&diff)
+    );
+    assert!(stored.lock().unwrap().is_none(), "diff wrote the record");
+
+    let apply = steer("apply", &policy, &[]);
+    assert_eq!(code(&apply), 0, "{}{}", stdout(&apply), stderr(&apply));
+    assert_eq!(
+        stored.lock().unwrap().as_ref().map(|r| r["domain"].clone()),
+        Some(serde_json::json!("www.example.com"))
+    );
+    let diff = steer("diff", &policy, &[]);
+    assert_eq!(code(&diff), 0, "{}{}", stdout(&diff), stderr(&diff));
+    assert!(stdout(&diff).contains("no changes"), "{}", stdout(&diff));
+
+    // Three of four regions change weights: more than guardrails.max_touched_per_apply (30%).
+    let moved = scratch("moved-policy.yaml");
+    let text = std::fs::read_to_string(&policy)
+        .unwrap()
+        .replace(
+            "{ fastly: 90%, cloudflare: 10% }",
+            "{ fastly: 70%, cloudflare: 30% }",
+        )
+        .replace(
+            "{ fastly: 85%, cloudflare: 15% }",
+            "{ fastly: 60%, cloudflare: 40% }",
+        )
+        .replace(
+            "{ cloudflare: 90%, fastly: 10% }",
+            "{ cloudflare: 60%, fastly: 40% }",
+        );
+    std::fs::write(&moved, text).unwrap();
+    let moved = moved.to_str().unwrap();
+    let refused = steer("apply", moved, &[]);
+    assert_eq!(
+        code(&refused),
+        2,
+        "{}{}",
+        stdout(&refused),
+        stderr(&refused)
+    );
+    assert!(
+        stderr(&refused).contains("max_touched_per_apply"),
+        "{}",
+        stderr(&refused)
+    );
+    let forced = steer("apply", moved, &["--force"]);
+    assert_eq!(code(&forced), 0, "{}{}", stdout(&forced), stderr(&forced));
+    assert!(
+        stdout(&forced).contains("3 cohort(s) changed weights"),
+        "{}",
+        stdout(&forced)
+    );
+    assert_eq!(code(&steer("diff", moved, &[])), 0);
+
+    let wrong_key = run(
+        "steer",
+        &[
+            "diff",
+            "--policy",
+            &policy,
+            "--vendor",
+            "ns1",
+            "--endpoint",
+            &endpoint,
+        ],
+        &[("NS1_API_KEY", "expired")],
+    );
+    assert_eq!(code(&wrong_key), 2);
+    assert!(
+        !stderr(&wrong_key).contains("expired"),
+        "the key is never printed"
+    );
+    let _ = std::fs::remove_file(moved);
+}
