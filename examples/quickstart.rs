@@ -20,13 +20,17 @@ use multicdn_steering::journal::JournalFile;
 
 /// Run the multicdn loop on loopback through a scripted incident.
 #[derive(Debug, Parser)]
-#[command(name = "quickstart", version, about)]
+#[command(
+    name = "quickstart",
+    version,
+    after_help = "Exit codes: 0 every part of the story happened, 1 a check failed, 2 it could not start."
+)]
 struct Cli {
-    /// Simulated hours to play.
-    #[arg(long, default_value_t = 8)]
+    /// Simulated hours to play (the script needs at least 7).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(7..=48))]
     hours: u32,
-    /// Synthetic users per network per 30-second tick.
-    #[arg(long, default_value_t = 40)]
+    /// Synthetic users per network per 30-second tick (enough to fill the scoreboard's cells).
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(20..=1000))]
     users: u32,
     /// Seed for the synthetic users and the steerer's choices.
     #[arg(long, default_value_t = 7)]
