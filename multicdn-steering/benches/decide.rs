@@ -2,6 +2,9 @@
 //!
 //! `cargo bench -p multicdn-steering --bench decide -- --warm-up-time 1 --measurement-time 3`
 
+// Setup code: a malformed fixture should stop the bench loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
@@ -54,7 +57,7 @@ fn decide_round(c: &mut Criterion) {
             weights: Weights::new(providers.iter().cloned().zip([4000, 4000, 2000])).unwrap(),
         });
         // A fifth of the networks see a significant gap; the rest are within noise.
-        let gap = if next() % 5 == 0 { 80.0 } else { 5.0 };
+        let gap = if next().is_multiple_of(5) { 80.0 } else { 5.0 };
         let base = 80.0 + (next() % 200) as f64;
         inputs.push(CohortInput {
             cohort: id,

@@ -3,6 +3,9 @@
 //!
 //! `cargo bench -p multicdn-steering --bench ingest -- --warm-up-time 1 --measurement-time 3`
 
+// Setup code: a malformed fixture should stop the bench loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 
@@ -60,7 +63,7 @@ fn lines(bases: &[u32], now: Timestamp) -> Vec<u8> {
         // Traffic is heavy-tailed: a few networks carry most of it.
         let pick = ((rng.unit().powi(3)) * bases.len() as f64) as usize;
         let ip = Ipv4Addr::from(bases[pick] | (rng.next() as u32 & 0xFF));
-        let provider = if rng.next() % 2 == 0 {
+        let provider = if rng.next().is_multiple_of(2) {
             "fastly"
         } else {
             "cloudflare"
@@ -111,32 +114,6 @@ fn ingest(c: &mut Criterion) {
         "{:?}",
         ingestor.report().bad_lines()
     );
-
-    if std::env::var("INGEST_PARTS").is_ok() {
-        let ips: Vec<std::net::IpAddr> = text
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_slice(l).unwrap();
-                v["ip"].as_str().unwrap().parse().unwrap()
-            })
-            .collect();
-        group.bench_function("part_resolve", |b| {
-            b.iter(|| {
-                for ip in &ips {
-                    black_box(table.resolve(*ip));
-                }
-            })
-        });
-        group.bench_function("part_split_lines", |b| {
-            b.iter(|| black_box(text.split(|b| *b == b'\n').filter(|l| l.len() > 3).count()))
-        });
-        let mut hot = Scoreboard::new(ScoreboardConfig::default(), &providers()).unwrap();
-        let mut parse_only = Ingestor::new(multicdn_steering::resolve::NoResolver);
-        group.bench_function("part_parse_hot_insert", |b| {
-            b.iter(|| parse_only.ingest_bytes(black_box(&text), &mut hot))
-        });
-    }
 
     // The same beacons, already parsed and resolved.
     let mut parsed_board = Scoreboard::new(ScoreboardConfig::default(), &providers()).unwrap();

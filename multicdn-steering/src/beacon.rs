@@ -135,8 +135,7 @@ impl ClientNetwork {
 
     /// The continent, from the country.
     pub fn continent(&self) -> Option<Continent> {
-        self.country
-            .and_then(|c| multicdn_core::geo::continent_of(c))
+        self.country.and_then(multicdn_core::geo::continent_of)
     }
 
     /// The cuts this network falls in, finest first, ending with `*`:

@@ -321,8 +321,9 @@ mod maxmind {
 
     impl fmt::Debug for MaxMindResolver {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            let kind =
-                |r: &Option<Reader<Vec<u8>>>| r.as_ref().map(|r| r.metadata.database_type.clone());
+            let kind = |r: &Option<Reader<Vec<u8>>>| {
+                r.as_ref().map(|r| r.metadata().database_type.clone())
+            };
             f.debug_struct("MaxMindResolver")
                 .field("asn", &kind(&self.asn))
                 .field("country", &kind(&self.country))

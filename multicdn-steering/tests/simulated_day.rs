@@ -2,6 +2,8 @@
 //! decide -> journal, with traffic following the plan (each provider gets beacons in proportion
 //! to its weight, as it would once an actuator applied the plan).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests and their helpers fail loudly
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -676,7 +676,7 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
                 .mem
                 .parent
                 .as_ref()
-                .and_then(|p| region_of(p))
+                .and_then(&region_of)
                 .map(|r| &region_w[r]);
             let busy = item.mem.before_failover.is_some() || item.mem.recovering_to.is_some();
             let pinned = pins.iter().any(|p| *item.networks == [p.network]);
