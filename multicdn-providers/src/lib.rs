@@ -80,3 +80,4 @@ pub mod ns1;
 pub mod render;
 #[cfg(feature = "route53")]
 pub mod route53;
+mod spec;

@@ -454,3 +454,20 @@ async fn a_plan_for_another_zone_is_refused_before_anything_is_sent() {
     assert!(matches!(err, DeployError::PlanOutdated { .. }), "{err}");
     assert_eq!(server.received_requests().await.unwrap().len(), before);
 }
+
+#[test]
+fn a_token_a_header_cannot_carry_is_refused_by_name_when_the_deployer_is_built() {
+    let bad = format!("{TOKEN}\r\n");
+    let err = CloudflareDeployer::new(
+        ProviderId::new("cloudflare").unwrap(),
+        ZONE,
+        Secret::new(bad.as_str()),
+        "https://api.cloudflare.com/client/v4",
+        HttpSettings::default(),
+    )
+    .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains("cloudflare"), "{shown}");
+    assert!(shown.contains("HTTP header cannot carry"), "{shown}");
+    assert!(!shown.contains(TOKEN), "{shown}");
+}

@@ -459,3 +459,40 @@ async fn a_failed_snippet_write_names_the_draft_and_never_activates() {
         "{shown}"
     );
 }
+
+#[test]
+fn a_token_a_header_cannot_carry_is_refused_by_name_when_the_deployer_is_built() {
+    let bad = format!("{TOKEN}\n");
+    let err = FastlyDeployer::new(
+        ProviderId::new("fastly").unwrap(),
+        SID,
+        Secret::new(bad.as_str()),
+        "https://api.fastly.com",
+        HttpSettings::default(),
+    )
+    .unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains("fastly"), "{shown}");
+    assert!(shown.contains("HTTP header cannot carry"), "{shown}");
+    assert!(!shown.contains(TOKEN), "{shown}");
+}
+
+#[test]
+fn a_provider_entry_without_a_service_id_is_refused_naming_the_field() {
+    let p = Policy::load(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/policy.yaml"
+    ))
+    .unwrap();
+    let id = ProviderId::new("fastly").unwrap();
+    let mut spec = p.providers[&id].clone();
+    spec.service_id = None;
+    let err =
+        FastlyDeployer::from_spec(id, &spec, Secret::new(TOKEN), None, HttpSettings::default())
+            .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("providers.fastly.service_id is required to deploy to Fastly"),
+        "{err}"
+    );
+}

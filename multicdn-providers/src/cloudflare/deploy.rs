@@ -25,6 +25,7 @@ use super::wire;
 use crate::http::{Answer, HttpSettings, VendorHttp, encode_segment, parse_retry_after};
 use crate::render::cloudflare_rules::{CloudflareRendering, Rule, Ruleset};
 use crate::render::plan::{Change, DeployError, Drift, diff};
+use crate::spec::required_field;
 
 /// Deploys rendered rulesets to one Cloudflare zone.
 #[derive(Clone)]
@@ -32,6 +33,8 @@ pub struct CloudflareDeployer {
     id: ProviderId,
     zone_id: String,
     token: Secret,
+    /// `Authorization: Bearer ...`, built once and marked sensitive.
+    bearer: http::HeaderValue,
     http: VendorHttp,
 }
 
@@ -131,19 +134,14 @@ impl CloudflareDeployer {
         settings: HttpSettings,
     ) -> Result<CloudflareDeployer, Error> {
         let zone_id = zone_id.into();
-        if zone_id.is_empty() || !zone_id.chars().all(|c| c.is_ascii_hexdigit()) {
-            return Err(Error::InvalidRequest {
-                provider: id,
-                message: format!(
-                    "zone id {zone_id:?} is not a Cloudflare zone id (hex digits, like 023e105f4ecef8ad9ca31a8372d0c353)"
-                ),
-            });
-        }
+        super::check_zone_id(&id, &zone_id)?;
+        let bearer = super::bearer_header(&id, &token)?;
         let http = VendorHttp::new(id.clone(), base_url, settings)?;
         Ok(CloudflareDeployer {
             id,
             zone_id,
             token,
+            bearer,
             http,
         })
     }
@@ -157,18 +155,14 @@ impl CloudflareDeployer {
         base_url: Option<&str>,
         settings: HttpSettings,
     ) -> Result<CloudflareDeployer, Error> {
-        if spec.kind != ProviderKind::Cloudflare {
-            return Err(Error::InvalidRequest {
-                message: format!("provider {id} is of kind {}, not cloudflare", spec.kind),
-                provider: id,
-            });
-        }
-        let Some(zone_id) = spec.zone_id.clone() else {
-            return Err(Error::InvalidRequest {
-                message: format!("providers.{id}.zone_id is required to deploy to Cloudflare"),
-                provider: id,
-            });
-        };
+        let zone_id = required_field(
+            &id,
+            spec,
+            ProviderKind::Cloudflare,
+            "zone_id",
+            spec.zone_id.as_ref(),
+            "to deploy to Cloudflare",
+        )?;
         CloudflareDeployer::new(
             id,
             zone_id,
@@ -186,7 +180,7 @@ impl CloudflareDeployer {
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
         self.http
             .request(method, path)
-            .bearer_auth(self.token.expose())
+            .header("Authorization", self.bearer.clone())
             .header("Accept", "application/json")
     }
 

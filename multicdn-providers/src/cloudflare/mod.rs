@@ -28,12 +28,32 @@ use crate::fanout::{KindPacing, Pacing};
 use crate::http::{
     Answer, HttpSettings, Pacer, Sent, VendorHttp, encode_segment, parse_retry_after, secret_header,
 };
+use crate::spec::{required_field, token_from_env};
 
 /// Cloudflare's API.
 pub const DEFAULT_BASE_URL: &str = "https://api.cloudflare.com/client/v4";
 
 /// Requests one purge sends at once by default.
 const DEFAULT_IN_FLIGHT: usize = 4;
+
+/// Refuses what is not a Cloudflare zone id (hex digits), naming the provider.
+pub(crate) fn check_zone_id(id: &ProviderId, zone_id: &str) -> Result<(), Error> {
+    if zone_id.is_empty() || !zone_id.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(Error::InvalidRequest {
+            provider: id.clone(),
+            message: format!(
+                "zone id {zone_id:?} is not a Cloudflare zone id (32 hex digits, like 023e105f4ecef8ad9ca31a8372d0c353)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `Authorization: Bearer <token>`, marked sensitive; `Err` (naming the provider, never the
+/// token) when the token cannot be carried in a header.
+pub(crate) fn bearer_header(id: &ProviderId, token: &Secret) -> Result<http::HeaderValue, Error> {
+    secret_header(id, &format!("Bearer {}", token.expose()))
+}
 
 /// A Cloudflare zone's purger and provider description.
 #[derive(Clone)]
@@ -76,15 +96,8 @@ impl CloudflarePurger {
         settings: HttpSettings,
     ) -> Result<CloudflarePurger, Error> {
         let zone_id = zone_id.into();
-        if zone_id.is_empty() || !zone_id.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(Error::InvalidRequest {
-                provider: id,
-                message: format!(
-                    "zone id {zone_id:?} is not a Cloudflare zone id (32 hex digits, like 023e105f4ecef8ad9ca31a8372d0c353)"
-                ),
-            });
-        }
-        let bearer = secret_header(&id, &format!("Bearer {}", token.expose()))?;
+        check_zone_id(&id, &zone_id)?;
+        let bearer = bearer_header(&id, &token)?;
         let http = VendorHttp::new(id.clone(), base_url, settings)?
             .with_pacer(Pacer::new("cloudflare-global", limits.global));
         Ok(CloudflarePurger {
@@ -110,18 +123,14 @@ impl CloudflarePurger {
         base_url: Option<&str>,
         settings: HttpSettings,
     ) -> Result<CloudflarePurger, Error> {
-        if spec.kind != ProviderKind::Cloudflare {
-            return Err(Error::InvalidRequest {
-                message: format!("provider {id} is of kind {}, not cloudflare", spec.kind),
-                provider: id,
-            });
-        }
-        let Some(zone_id) = spec.zone_id.clone() else {
-            return Err(Error::InvalidRequest {
-                message: format!("providers.{id}.zone_id is required for a Cloudflare purger"),
-                provider: id,
-            });
-        };
+        let zone_id = required_field(
+            &id,
+            spec,
+            ProviderKind::Cloudflare,
+            "zone_id",
+            spec.zone_id.as_ref(),
+            "for a Cloudflare purger",
+        )?;
         let limits = CloudflareLimits::for_plan(spec.plan.unwrap_or_default());
         CloudflarePurger::new(
             id,
@@ -141,7 +150,7 @@ impl CloudflarePurger {
         base_url: Option<&str>,
         settings: HttpSettings,
     ) -> Result<CloudflarePurger, Error> {
-        let token = crate::fanout::token_from_env(&id, spec)?;
+        let token = token_from_env(&id, spec)?;
         CloudflarePurger::from_spec(id, spec, token, base_url, settings)
     }
 

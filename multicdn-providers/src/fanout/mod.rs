@@ -79,10 +79,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::join_all;
-use multicdn_core::policy::ProviderSpec;
 use multicdn_core::{
-    Clock, Error, Event, ProviderId, PurgeReceipt, PurgeRequest, PurgeScope, Purger, Secret,
-    Stopwatch, SystemClock,
+    Clock, Error, Event, ProviderId, PurgeReceipt, PurgeRequest, PurgeScope, Purger, Stopwatch,
+    SystemClock,
 };
 
 pub use pacing::{Budget, KindPacing, Pacing, Unit};
@@ -93,24 +92,6 @@ use crate::http::Pacer;
 const DEFAULT_IN_FLIGHT: usize = 4;
 /// Chunks in flight at once in [`PurgeFanout::purge_queued`] by default.
 const DEFAULT_QUEUE_IN_FLIGHT: usize = 8;
-
-/// Reads the token the provider entry's `token_env` names.
-pub(crate) fn token_from_env(id: &ProviderId, spec: &ProviderSpec) -> Result<Secret, Error> {
-    let Some(var) = spec.token_env.as_deref() else {
-        return Err(Error::InvalidRequest {
-            provider: id.clone(),
-            message: format!(
-                "providers.{id}.token_env is not set; name the environment variable holding the API token"
-            ),
-        });
-    };
-    Secret::from_env(var).ok_or_else(|| Error::InvalidRequest {
-        provider: id.clone(),
-        message: format!(
-            "the environment variable {var} (providers.{id}.token_env) is unset or empty"
-        ),
-    })
-}
 
 /// Checks a purge without sending it (an adapter's `validate`).
 pub type Validator = Arc<dyn Fn(&PurgeRequest) -> Result<(), Error> + Send + Sync>;

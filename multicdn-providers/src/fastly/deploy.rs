@@ -22,9 +22,10 @@ use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
 
 use super::wire;
-use crate::http::{Answer, HttpSettings, VendorHttp, encode_segment};
+use crate::http::{Answer, HttpSettings, VendorHttp, encode_segment, secret_header};
 use crate::render::fastly_vcl::{FastlyRendering, SNIPPET_PREFIX, Snippet, SnippetKind};
 use crate::render::plan::{Change, ChangeOp, DeployError, Drift, diff};
+use crate::spec::required_field;
 
 /// Deploys rendered snippets to one Fastly service.
 #[derive(Clone)]
@@ -32,6 +33,8 @@ pub struct FastlyDeployer {
     id: ProviderId,
     service_id: String,
     token: Secret,
+    /// `Fastly-Key`, built once and marked sensitive.
+    key: http::HeaderValue,
     http: VendorHttp,
 }
 
@@ -144,19 +147,14 @@ impl FastlyDeployer {
         settings: HttpSettings,
     ) -> Result<FastlyDeployer, Error> {
         let service_id = service_id.into();
-        if service_id.is_empty() || !service_id.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(Error::InvalidRequest {
-                provider: id,
-                message: format!(
-                    "service id {service_id:?} is not a Fastly service id (letters and digits, like SU1Z0isxPaozGVKXdv0eY)"
-                ),
-            });
-        }
+        super::check_service_id(&id, &service_id)?;
+        let key = secret_header(&id, token.expose())?;
         let http = VendorHttp::new(id.clone(), base_url, settings)?;
         Ok(FastlyDeployer {
             id,
             service_id,
             token,
+            key,
             http,
         })
     }
@@ -170,18 +168,14 @@ impl FastlyDeployer {
         base_url: Option<&str>,
         settings: HttpSettings,
     ) -> Result<FastlyDeployer, Error> {
-        if spec.kind != ProviderKind::Fastly {
-            return Err(Error::InvalidRequest {
-                message: format!("provider {id} is of kind {}, not fastly", spec.kind),
-                provider: id,
-            });
-        }
-        let Some(service_id) = spec.service_id.clone() else {
-            return Err(Error::InvalidRequest {
-                message: format!("providers.{id}.service_id is required to deploy to Fastly"),
-                provider: id,
-            });
-        };
+        let service_id = required_field(
+            &id,
+            spec,
+            ProviderKind::Fastly,
+            "service_id",
+            spec.service_id.as_ref(),
+            "to deploy to Fastly",
+        )?;
         FastlyDeployer::new(
             id,
             service_id,
@@ -199,7 +193,7 @@ impl FastlyDeployer {
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
         self.http
             .request(method, path)
-            .header("Fastly-Key", self.token.expose())
+            .header("Fastly-Key", self.key.clone())
             .header("Accept", "application/json")
     }
 

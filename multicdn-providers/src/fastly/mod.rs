@@ -27,12 +27,26 @@ pub use limits::{FastlyLimits, MAX_KEYS_PER_BATCH, hourly};
 use crate::fanout::batch::{Acked, chunks, send_batches};
 use crate::fanout::{KindPacing, Pacing};
 use crate::http::{Answer, HttpSettings, Pacer, Sent, VendorHttp, secret_header};
+use crate::spec::{required_field, token_from_env};
 
 /// Fastly's API.
 pub const DEFAULT_BASE_URL: &str = "https://api.fastly.com";
 
 /// Requests one purge sends at once by default.
 const DEFAULT_IN_FLIGHT: usize = 4;
+
+/// Refuses what is not a Fastly service id (letters and digits), naming the provider.
+pub(crate) fn check_service_id(id: &ProviderId, service_id: &str) -> Result<(), Error> {
+    if service_id.is_empty() || !service_id.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(Error::InvalidRequest {
+            provider: id.clone(),
+            message: format!(
+                "service id {service_id:?} is not a Fastly service id (letters and digits, like SU1Z0isxPaozGVKXdv0eY)"
+            ),
+        });
+    }
+    Ok(())
+}
 
 /// A Fastly service's purger and provider description.
 #[derive(Clone)]
@@ -74,14 +88,7 @@ impl FastlyPurger {
         settings: HttpSettings,
     ) -> Result<FastlyPurger, Error> {
         let service_id = service_id.into();
-        if service_id.is_empty() || !service_id.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(Error::InvalidRequest {
-                provider: id,
-                message: format!(
-                    "service id {service_id:?} is not a Fastly service id (letters and digits, like SU1Z0isxPaozGVKXdv0eY)"
-                ),
-            });
-        }
+        check_service_id(&id, &service_id)?;
         let key = secret_header(&id, token.expose())?;
         let http = VendorHttp::new(id.clone(), base_url, settings)?;
         let limits = FastlyLimits::default();
@@ -108,18 +115,14 @@ impl FastlyPurger {
         base_url: Option<&str>,
         settings: HttpSettings,
     ) -> Result<FastlyPurger, Error> {
-        if spec.kind != ProviderKind::Fastly {
-            return Err(Error::InvalidRequest {
-                message: format!("provider {id} is of kind {}, not fastly", spec.kind),
-                provider: id,
-            });
-        }
-        let Some(service_id) = spec.service_id.clone() else {
-            return Err(Error::InvalidRequest {
-                message: format!("providers.{id}.service_id is required for a Fastly purger"),
-                provider: id,
-            });
-        };
+        let service_id = required_field(
+            &id,
+            spec,
+            ProviderKind::Fastly,
+            "service_id",
+            spec.service_id.as_ref(),
+            "for a Fastly purger",
+        )?;
         FastlyPurger::new(
             id,
             spec.edge_host.clone(),
@@ -137,7 +140,7 @@ impl FastlyPurger {
         base_url: Option<&str>,
         settings: HttpSettings,
     ) -> Result<FastlyPurger, Error> {
-        let token = crate::fanout::token_from_env(&id, spec)?;
+        let token = token_from_env(&id, spec)?;
         FastlyPurger::from_spec(id, spec, token, base_url, settings)
     }
 

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::record::Ns1Record;
-use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp};
+use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp, secret_header};
 
 /// NS1's public API base.
 pub const DEFAULT_BASE: &str = "https://api.nsone.net";
@@ -27,6 +27,8 @@ pub fn provider_id() -> ProviderId {
 pub struct Ns1Client {
     http: VendorHttp,
     key: Secret,
+    /// `X-NSONE-Key`, built once and marked sensitive.
+    key_header: http::HeaderValue,
 }
 
 impl fmt::Debug for Ns1Client {
@@ -70,6 +72,7 @@ impl Ns1Client {
     pub fn new(base: &str, key: Secret, settings: HttpSettings) -> Result<Ns1Client, Error> {
         Ok(Ns1Client {
             http: VendorHttp::new(provider_id(), base, settings)?,
+            key_header: secret_header(&provider_id(), key.expose())?,
             key,
         })
     }
@@ -135,7 +138,7 @@ impl Ns1Client {
             let mut r = self
                 .http
                 .request(method.clone(), &format!("/v1{path}"))
-                .header("X-NSONE-Key", self.key.expose());
+                .header("X-NSONE-Key", self.key_header.clone());
             if let Some(b) = &body {
                 r = r.json(b);
             }
