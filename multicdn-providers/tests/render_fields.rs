@@ -402,7 +402,11 @@ fn regex_routes_need_business_on_cloudflare_and_are_never_dropped_when_private()
         RenderMode::Lenient,
     )
     .unwrap();
-    assert!(biz.warnings.iter().all(|w| w.feature != "cache.routes[2].match"));
+    assert!(
+        biz.warnings
+            .iter()
+            .all(|w| w.feature != "cache.routes[2].match")
+    );
     assert_eq!(
         biz.cache_rules
             .rule("multicdn-cache-route-2")
