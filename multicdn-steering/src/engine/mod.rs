@@ -364,7 +364,14 @@ type IdMap<'a, V> = HashMap<&'a CohortId, V, BuildHasherDefault<IdHasher>>;
 fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> Decision {
     let now = ctx.now;
     let old = &inputs.state;
-    let region_of = |id: &CohortId| static_plan.cohorts.iter().position(|c| &c.cohort == id);
+    // Compared on every cohort: a first-byte check spares most string comparisons.
+    let region_of = |id: &CohortId| {
+        let first = id.as_str().as_bytes().first();
+        static_plan
+            .cohorts
+            .iter()
+            .position(|c| c.cohort.as_str().as_bytes().first() == first && &c.cohort == id)
+    };
     let default_id = static_plan
         .cohorts
         .iter()
@@ -373,9 +380,11 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
         .unwrap_or_else(default_cohort_id);
     let pins: Vec<&Pin> = ctx.steering.pins.iter().filter(|p| now < p.until).collect();
     let mut current: IdMap<'_, &CohortPlan> = IdMap::default();
-    current.reserve(inputs.current.cohorts.len());
     for c in &inputs.current.cohorts {
-        current.insert(&c.cohort, c);
+        // Only regions: finer cohorts in force are found through `index` below.
+        if region_of(&c.cohort).is_some() {
+            current.insert(&c.cohort, c);
+        }
     }
 
     // The cohorts of this round: finer ones first (those in force, in plan order, then new
@@ -397,8 +406,10 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
             moved: false,
         };
     for c in &inputs.current.cohorts {
-        if region_of(&c.cohort).is_none() && !index.contains_key(&c.cohort) {
-            index.insert(&c.cohort, work.len());
+        if region_of(&c.cohort).is_none()
+            && let std::collections::hash_map::Entry::Vacant(slot) = index.entry(&c.cohort)
+        {
+            slot.insert(work.len());
             work.push(new_work(
                 &c.cohort,
                 Cow::Borrowed(&c.networks),
