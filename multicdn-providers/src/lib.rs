@@ -17,6 +17,9 @@
 //! every provider in parallel and reports the worst time to acknowledge; a provider that still
 //! fails after its retries makes the whole call an error naming it and the items it missed,
 //! and emits [`Event::PurgeMissed`](multicdn_core::Event::PurgeMissed), which demotes it.
+//! The fan-out remembers what each provider missed; [`fanout::PurgeFanout::retry_missed`]
+//! re-sends exactly that, and a provider purged of all it missed emits
+//! [`Event::PurgeRecovered`](multicdn_core::Event::PurgeRecovered), which lifts the demotion.
 //!
 //! ## Configuration
 //!

@@ -1,6 +1,7 @@
 //! The purge fan-out against loopback servers: parallel purges and their report, a provider
 //! that fails (the error, the demotion event, the other provider still purged), refusals
-//! before sending, and the queued mode paced at the slowest provider's ceiling.
+//! before sending, the queued mode paced at the slowest provider's ceiling, and the way back
+//! after a miss (what each provider missed, re-sent to it alone, and its recovery).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -18,7 +19,7 @@ use multicdn_providers::fastly::FastlyLimits;
 use multicdn_providers::http::RateLimit;
 use serde_json::json;
 use support::limited::{LimitedServer, ServerLimits};
-use support::vendors::{SERVICE, cloudflare, fast, fastly, tags};
+use support::vendors::{SERVICE, cloudflare, fast, fastly, pid, tags};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
@@ -373,6 +374,10 @@ async fn a_provider_failing_in_a_queued_purge_is_dropped_and_demoted_once_while_
     assert!(matches!(rx.try_recv().unwrap(), Event::PurgeMissed { items, .. } if items == all));
     assert!(rx.try_recv().is_err());
     assert_eq!(failed_seen, [1, 1, 1, 1, 1]);
+    // What it missed is remembered for a retry; Fastly has nothing outstanding.
+    let outstanding = fanout.outstanding();
+    assert_eq!(outstanding.len(), 1);
+    assert_eq!(outstanding[&pid("cloudflare")].items("tags").len(), 500);
 }
 
 #[tokio::test]
@@ -438,4 +443,271 @@ async fn a_failed_provider_stops_setting_the_pace_of_a_queued_purge() {
         panic!("{err:?}");
     };
     assert_eq!(receipts[0].items, 500);
+}
+
+/// Collects every event the fan-out emits.
+fn collecting() -> (EventSink, Arc<Mutex<Vec<Event>>>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = events.clone();
+    (
+        EventSink::new(move |e| seen.lock().unwrap().push(e)),
+        events,
+    )
+}
+
+fn recovered_events(events: &Mutex<Vec<Event>>) -> Vec<Event> {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, Event::PurgeRecovered { .. }))
+        .cloned()
+        .collect()
+}
+
+/// The JSON bodies of the requests `server` received after the first `skip`.
+async fn bodies_after(server: &MockServer, skip: usize) -> Vec<serde_json::Value> {
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .skip(skip)
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect()
+}
+
+/// Cloudflare answering 401 `fails` times, then acknowledging.
+async fn cloudflare_failing_then_ok(fails: u64) -> MockServer {
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_401())
+        .up_to_n_times(fails)
+        .mount(&cf)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(cf_success())
+        .mount(&cf)
+        .await;
+    cf
+}
+
+#[tokio::test]
+async fn a_missed_purge_retried_successfully_is_recovered_once_and_leaves_nothing_outstanding() {
+    let f = fastly_ok(1).await;
+    let cf = cloudflare_failing_then_ok(1).await;
+    let (sink, events) = collecting();
+    let clock = ManualClock::new(Timestamp::from_secs(1_000));
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri()))
+        .with_events(sink)
+        .with_clock(Arc::new(clock.clone()));
+    let request = PurgeRequest::tags(["price-1", "price-2"]);
+    assert!(fanout.purge(&request).await.is_err());
+    let outstanding = fanout.outstanding();
+    assert_eq!(
+        outstanding.keys().map(|p| p.as_str()).collect::<Vec<_>>(),
+        ["cloudflare"]
+    );
+    let missed = &outstanding[&pid("cloudflare")];
+    assert_eq!(missed.items("tags"), ["price-1", "price-2"]);
+    assert!(!missed.everything());
+    assert_eq!(missed.requests(), std::slice::from_ref(&request));
+
+    clock.advance(Duration::from_secs(60));
+    let report = fanout.retry_missed().await.unwrap();
+    assert_eq!(report.recovered, [pid("cloudflare")]);
+    let recovered = Event::PurgeRecovered {
+        provider: pid("cloudflare"),
+        at: Timestamp::from_secs(1_060),
+    };
+    assert_eq!(report.events, std::slice::from_ref(&recovered));
+    assert_eq!(
+        recovered.health_signal(),
+        Some(multicdn_core::HealthState::Up)
+    );
+    assert_eq!(
+        report.receipts.len(),
+        1,
+        "only Cloudflare was sent anything"
+    );
+    assert_eq!(
+        (
+            report.receipts[0].provider.as_str(),
+            report.receipts[0].items
+        ),
+        ("cloudflare", 2)
+    );
+    assert!(fanout.outstanding().is_empty());
+    assert_eq!(recovered_events(&events), [recovered]);
+
+    // Nothing outstanding: a second retry sends nothing and emits nothing.
+    let again = fanout.retry_missed().await.unwrap();
+    assert!(again.receipts.is_empty() && again.recovered.is_empty());
+    assert_eq!(cf.received_requests().await.unwrap().len(), 2);
+    assert_eq!(events.lock().unwrap().len(), 2, "one missed, one recovered");
+    // A later purge both acknowledge recovers no one: nothing was outstanding.
+    let f2 = fastly_ok(1).await;
+    let calm = PurgeFanout::new(members(&f2.uri(), &cf.uri()));
+    assert!(calm.purge(&request).await.unwrap().recovered.is_empty());
+}
+
+#[tokio::test]
+async fn a_retry_re_sends_only_the_missed_items_batched_and_only_to_the_provider_that_missed_them()
+{
+    let f = fastly_ok(1).await;
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_success())
+        .up_to_n_times(1)
+        .mount(&cf)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(502).set_body_string("bad gateway"))
+        .up_to_n_times(2)
+        .mount(&cf)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(cf_success())
+        .mount(&cf)
+        .await;
+    let (sink, events) = collecting();
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri()))
+        .with_events(sink)
+        .with_in_flight(1);
+    let all = tags(250);
+    assert!(
+        fanout
+            .purge(&PurgeRequest::tags(all.clone()))
+            .await
+            .is_err()
+    );
+    // The first 100 were acknowledged; the rest are outstanding.
+    assert_eq!(
+        fanout.outstanding()[&pid("cloudflare")].items("tags"),
+        all[100..].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let before = cf.received_requests().await.unwrap().len();
+    assert_eq!(before, 3, "one acknowledged chunk, one failed twice");
+
+    let report = fanout.retry_missed().await.unwrap();
+    assert_eq!(report.recovered, [pid("cloudflare")]);
+    let sent = bodies_after(&cf, before).await;
+    // Batched to Cloudflare's 100 a request, exactly the 150 missed tags, nothing else.
+    assert_eq!(sent.len(), 2);
+    let mut resent: Vec<String> = sent
+        .iter()
+        .flat_map(|b| {
+            let tags = b["tags"].as_array().unwrap();
+            assert!(tags.len() <= 100, "{b}");
+            tags.iter().map(|t| t.as_str().unwrap().to_owned())
+        })
+        .collect();
+    resent.sort();
+    assert_eq!(resent, all[100..]);
+    assert_eq!(report.receipts[0].requests, 2);
+    // Fastly acknowledged the original purge and was sent nothing on retry.
+    assert_eq!(f.received_requests().await.unwrap().len(), 1);
+    assert_eq!(recovered_events(&events).len(), 1);
+}
+
+#[tokio::test]
+async fn a_later_purge_covering_the_missed_items_clears_them_and_a_partial_one_does_not() {
+    let f = fastly_ok(3).await;
+    let cf = cloudflare_failing_then_ok(1).await;
+    let (sink, events) = collecting();
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri())).with_events(sink);
+    assert!(
+        fanout
+            .purge(&PurgeRequest::tags(["a", "b", "c"]))
+            .await
+            .is_err()
+    );
+    // Only part of what was missed: still behind, no recovery.
+    let partial = fanout.purge(&PurgeRequest::tags(["a", "b"])).await.unwrap();
+    assert!(partial.recovered.is_empty() && partial.events.is_empty());
+    assert_eq!(
+        fanout.outstanding()[&pid("cloudflare")].items("tags"),
+        ["c"]
+    );
+    // A superset: every miss is covered.
+    let report = fanout
+        .purge(&PurgeRequest::tags(["a", "b", "c", "d"]))
+        .await
+        .unwrap();
+    assert_eq!(report.recovered, [pid("cloudflare")]);
+    assert!(fanout.outstanding().is_empty());
+    assert_eq!(recovered_events(&events).len(), 1);
+}
+
+#[tokio::test]
+async fn a_retry_that_fails_again_keeps_the_miss_and_recovers_nothing() {
+    let f = fastly_ok(1).await;
+    let cf = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(cf_401())
+        .mount(&cf)
+        .await;
+    let (sink, events) = collecting();
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri())).with_events(sink);
+    let request = PurgeRequest::tags(["price-1", "price-2"]);
+    assert!(fanout.purge(&request).await.is_err());
+    let before = fanout.outstanding();
+
+    let err = fanout.retry_missed().await.unwrap_err();
+    let FanoutError::Missed {
+        failures,
+        receipts,
+        events: emitted,
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].provider.as_str(), "cloudflare");
+    assert_eq!(failures[0].missed, ["price-1", "price-2"]);
+    assert!(receipts.is_empty(), "Fastly had nothing to retry");
+    assert!(
+        emitted
+            .iter()
+            .all(|e| matches!(e, Event::PurgeMissed { .. })),
+        "{emitted:?}"
+    );
+    assert_eq!(fanout.outstanding(), before, "the miss is kept");
+    assert!(recovered_events(&events).is_empty());
+    assert_eq!(f.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_missed_purge_of_everything_is_retried_as_one_and_then_recovered() {
+    let f = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(format!("/service/{SERVICE}/purge_all")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"status": "ok"})))
+        .expect(1)
+        .mount(&f)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(format!("/service/{SERVICE}/purge/a")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "id": "1"})))
+        .expect(1)
+        .mount(&f)
+        .await;
+    let cf = cloudflare_failing_then_ok(2).await;
+    let (sink, events) = collecting();
+    let fanout = PurgeFanout::new(members(&f.uri(), &cf.uri())).with_events(sink);
+    assert!(fanout.purge(&PurgeRequest::tags(["a"])).await.is_err());
+    assert!(fanout.purge(&PurgeRequest::everything()).await.is_err());
+    // The missed purge of everything stands for the tag missed before it.
+    let outstanding = fanout.outstanding();
+    let missed = &outstanding[&pid("cloudflare")];
+    assert!(missed.everything());
+    assert_eq!(missed.item_count(), 0);
+    assert_eq!(missed.requests(), [PurgeRequest::everything()]);
+
+    let report = fanout.retry_missed().await.unwrap();
+    assert_eq!(report.recovered, [pid("cloudflare")]);
+    let sent = bodies_after(&cf, 2).await;
+    assert_eq!(sent, [json!({"purge_everything": true})]);
+    assert!(fanout.outstanding().is_empty());
+    assert_eq!(recovered_events(&events).len(), 1);
 }

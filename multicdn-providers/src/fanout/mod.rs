@@ -12,6 +12,29 @@
 //! Cloudflare) is refused before anything is sent to anyone ([`FanoutError::Refused`]): purging
 //! one provider but not another is the very thing this module exists to prevent.
 //!
+//! ## Missed purges and the way back
+//!
+//! The fan-out remembers, per provider, what it missed and has not been purged of since: the
+//! items by kind, and whether a purge of everything was missed ([`PurgeFanout::outstanding`],
+//! one [`Outstanding`] per provider). Each provider is in one of two states:
+//!
+//! - **in step** (nothing outstanding): a purge it acknowledges changes nothing; a purge it
+//!   misses records what it missed, emits [`Event::PurgeMissed`] (which demotes it) and makes
+//!   it *behind*;
+//! - **behind** (something outstanding): a purge it acknowledges clears the misses it covers
+//!   (the same items of the same kind; a purge of everything clears them all; a soft purge
+//!   clears only what was missed soft), whichever call sent it: [`PurgeFanout::purge`],
+//!   [`PurgeFanout::purge_queued`] or [`PurgeFanout::retry_missed`]. A purge it misses adds to
+//!   what is outstanding and emits [`Event::PurgeMissed`] again. When a call in which the
+//!   provider missed nothing clears the last of it, the fan-out emits
+//!   [`Event::PurgeRecovered`] once (to the [`EventSink`] and in the report's `recovered` and
+//!   `events`) and the provider is in step again.
+//!
+//! [`PurgeFanout::retry_missed`] re-sends exactly what each behind provider missed, by kind,
+//! to that provider only (batched, paced and retried as any purge); providers in step are
+//! sent nothing. The record lives in memory, shared by clones of the fan-out, and is updated
+//! as each provider's answers arrive; it does not outlive the process.
+//!
 //! [`PurgeFanout::purge_queued`] is for large imports: thousands of tags fed through at the
 //! slowest provider's ceiling (every provider's budgets at once, so none is sent faster than
 //! it accepts), with a progress callback, rather than discovering the limit with 429s.
@@ -69,12 +92,13 @@
 //! ```
 
 pub(crate) mod batch;
+mod missed;
 mod pacing;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -84,6 +108,7 @@ use multicdn_core::{
     SystemClock,
 };
 
+pub use missed::Outstanding;
 pub use pacing::{Budget, KindPacing, Pacing, Unit};
 
 use crate::http::Pacer;
@@ -164,8 +189,8 @@ impl FanoutMember {
     }
 }
 
-/// Where [`Event::PurgeMissed`] goes: a callback, or a tokio channel the steering engine
-/// reads.
+/// Where [`Event::PurgeMissed`] and [`Event::PurgeRecovered`] go: a callback, or a tokio
+/// channel the steering engine reads.
 #[derive(Clone)]
 pub struct EventSink(Arc<dyn Fn(Event) + Send + Sync>);
 
@@ -211,6 +236,11 @@ pub struct FanoutReport {
     /// The least time the providers' documented limits allow for this purge (the slowest
     /// provider's), from full buckets.
     pub ideal: Duration,
+    /// The providers this call brought back in step: they had missed purges, and now have
+    /// nothing outstanding.
+    pub recovered: Vec<ProviderId>,
+    /// The events emitted (one [`Event::PurgeRecovered`] per recovered provider).
+    pub events: Vec<Event>,
 }
 
 /// One provider that missed (part of) a purge.
@@ -249,7 +279,8 @@ pub enum FanoutError {
         failures: Vec<ProviderFailure>,
         /// The providers that acknowledged everything.
         receipts: Vec<PurgeReceipt>,
-        /// The events emitted (one [`Event::PurgeMissed`] per failed provider).
+        /// The events emitted: one [`Event::PurgeMissed`] per failed provider, and one
+        /// [`Event::PurgeRecovered`] per provider this call brought back in step.
         events: Vec<Event>,
     },
 }
@@ -311,7 +342,8 @@ pub struct QueueProgress {
     pub failed: Vec<ProviderId>,
 }
 
-/// Fans purges out to every provider.
+/// Fans purges out to every provider, and remembers what each one missed until it has been
+/// purged of it (clones share that record).
 #[derive(Debug, Clone)]
 pub struct PurgeFanout {
     members: Vec<FanoutMember>,
@@ -319,6 +351,7 @@ pub struct PurgeFanout {
     clock: Arc<dyn Clock>,
     in_flight: usize,
     queue_in_flight: usize,
+    outstanding: Arc<Mutex<BTreeMap<ProviderId, Outstanding>>>,
 }
 
 /// A chunk and its answer (`None`: not sent, the provider had already failed).
@@ -327,6 +360,8 @@ type ChunkResult = (Vec<String>, Option<Result<PurgeReceipt, Error>>);
 /// What one provider did with its share of a purge.
 struct MemberOutcome {
     provider: ProviderId,
+    /// The kind of the purge it failed, or of its last one.
+    scope: &'static str,
     ids: Vec<String>,
     items: usize,
     requests: u32,
@@ -339,9 +374,10 @@ struct MemberOutcome {
 }
 
 impl MemberOutcome {
-    fn new(provider: ProviderId) -> MemberOutcome {
+    fn new(provider: ProviderId, scope: &'static str) -> MemberOutcome {
         MemberOutcome {
             provider,
+            scope,
             ids: Vec::new(),
             items: 0,
             requests: 0,
@@ -359,6 +395,20 @@ impl MemberOutcome {
         self.requests += r.requests;
         self.attempts += r.attempts;
         self.last_ack = Some(self.last_ack.map_or(at, |l| l.max(at)));
+    }
+
+    /// Adds the outcome of the provider's next purge (after a failure there is none).
+    fn absorb(&mut self, next: MemberOutcome) {
+        self.scope = next.scope;
+        self.ids.extend(next.ids);
+        self.items += next.items;
+        self.requests += next.requests;
+        self.attempts += next.attempts;
+        self.last_ack = self.last_ack.max(next.last_ack);
+        self.missed.extend(next.missed);
+        if self.error.is_none() {
+            self.error = next.error;
+        }
     }
 
     fn receipt(&self) -> PurgeReceipt {
@@ -382,10 +432,13 @@ impl PurgeFanout {
             clock: Arc::new(SystemClock),
             in_flight: DEFAULT_IN_FLIGHT,
             queue_in_flight: DEFAULT_QUEUE_IN_FLIGHT,
+            outstanding: Arc::default(),
         }
     }
 
-    /// Delivers [`Event::PurgeMissed`] to `sink` as soon as a provider has failed.
+    /// Delivers [`Event::PurgeMissed`] to `sink` as soon as a provider has failed, and
+    /// [`Event::PurgeRecovered`] as soon as a provider that had missed purges has nothing
+    /// outstanding.
     pub fn with_events(mut self, sink: EventSink) -> PurgeFanout {
         self.sink = Some(sink);
         self
@@ -417,17 +470,116 @@ impl PurgeFanout {
     /// The least time each provider's documented limits allow for `request` (from full
     /// buckets), slowest first.
     pub fn ideal_times(&self, request: &PurgeRequest) -> Vec<(ProviderId, Duration)> {
-        let items = batch::dedupe(request.scope.items()).len();
         let mut times: Vec<(ProviderId, Duration)> = self
             .members
             .iter()
-            .filter_map(|m| {
-                let k = m.pacing.for_scope(&request.scope)?;
-                Some((m.provider().clone(), k.ideal_time(items)))
-            })
+            .filter_map(|m| Some((m.provider().clone(), Self::ideal_for(m, request)?)))
             .collect();
         times.sort_by_key(|t| std::cmp::Reverse(t.1));
         times
+    }
+
+    /// The least time `member`'s limits allow for `request`; `None` if it cannot do it.
+    fn ideal_for(member: &FanoutMember, request: &PurgeRequest) -> Option<Duration> {
+        let items = batch::dedupe(request.scope.items()).len();
+        Some(member.pacing.for_scope(&request.scope)?.ideal_time(items))
+    }
+
+    /// What each provider missed and has not been purged of since; providers in step are not
+    /// listed.
+    pub fn outstanding(&self) -> BTreeMap<ProviderId, Outstanding> {
+        self.record().clone()
+    }
+
+    fn record(&self) -> std::sync::MutexGuard<'_, BTreeMap<ProviderId, Outstanding>> {
+        // The record is updated whole under the lock; a panic elsewhere cannot leave it torn.
+        self.outstanding
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Updates the provider's record with its outcome for `request`; the
+    /// [`Event::PurgeRecovered`] emitted when this cleared its last miss.
+    fn settle(&self, request: &PurgeRequest, out: &MemberOutcome) -> Option<Event> {
+        let recovered = {
+            let mut record = self.record();
+            let was_behind = record.contains_key(&out.provider);
+            let entry = record.entry(out.provider.clone()).or_default();
+            if out.error.is_some() {
+                if !matches!(request.scope, PurgeScope::Everything) {
+                    let missed: HashSet<&String> = out.missed.iter().collect();
+                    let acked: Vec<String> = batch::dedupe(request.scope.items())
+                        .into_iter()
+                        .filter(|i| !missed.contains(i))
+                        .collect();
+                    entry.acknowledged(request, &acked);
+                }
+                entry.missed(request, &out.missed);
+            } else {
+                entry.acknowledged(request, request.scope.items());
+            }
+            let in_step = entry.is_empty();
+            if in_step {
+                record.remove(&out.provider);
+            }
+            was_behind && in_step && out.error.is_none()
+        };
+        recovered.then(|| {
+            let event = Event::PurgeRecovered {
+                provider: out.provider.clone(),
+                at: self.clock.now(),
+            };
+            tracing::info!(provider = %out.provider, "purged of everything it had missed; the purge demotion can be lifted");
+            if let Some(sink) = &self.sink {
+                sink.emit(event.clone());
+            }
+            event
+        })
+    }
+
+    /// Re-sends what each provider missed ([`PurgeFanout::outstanding`]), by kind, to that
+    /// provider only, batched, paced and retried as any purge; providers with nothing
+    /// outstanding are sent nothing. A provider's purges go one after another and stop at its
+    /// first failure (what was not sent stays outstanding).
+    ///
+    /// A provider left with nothing outstanding is reported in
+    /// [`FanoutReport::recovered`] and its [`Event::PurgeRecovered`] emitted; one that misses
+    /// again makes the call a [`FanoutError::Missed`], emits [`Event::PurgeMissed`] again and
+    /// stays demoted. With nothing outstanding, nothing is sent and the report is empty.
+    pub async fn retry_missed(&self) -> Result<FanoutReport, FanoutError> {
+        let watch = Stopwatch::start();
+        let record = self.outstanding();
+        let due: Vec<(&FanoutMember, Vec<PurgeRequest>)> = self
+            .members
+            .iter()
+            .filter_map(|m| Some((m, record.get(m.provider())?.requests())))
+            .collect();
+        let ideal = due
+            .iter()
+            .map(|(m, requests)| {
+                requests
+                    .iter()
+                    .filter_map(|r| Self::ideal_for(m, r))
+                    .sum::<Duration>()
+            })
+            .max()
+            .unwrap_or_default();
+        let outcomes = join_all(due.iter().map(|(member, requests)| async move {
+            let mut total = MemberOutcome::new(member.provider().clone(), "everything");
+            let mut events = Vec::new();
+            for request in requests {
+                let (out, emitted) = self.run_member(member, request, watch).await;
+                events.extend(emitted);
+                let failed = out.error.is_some();
+                total.absorb(out);
+                if failed {
+                    break;
+                }
+            }
+            (total, events)
+        }))
+        .await;
+        self.finish(outcomes, watch, ideal)
     }
 
     fn refuse_unsupported(&self, request: &PurgeRequest) -> Result<(), FanoutError> {
@@ -504,9 +656,9 @@ impl PurgeFanout {
         member: &FanoutMember,
         request: &PurgeRequest,
         watch: Stopwatch,
-    ) -> (MemberOutcome, Option<Event>) {
+    ) -> (MemberOutcome, Vec<Event>) {
         let failed = AtomicBool::new(false);
-        let mut out = MemberOutcome::new(member.provider().clone());
+        let mut out = MemberOutcome::new(member.provider().clone(), request.scope.kind());
         let results: Vec<ChunkResult> = futures::stream::iter(Self::chunks(member, request))
             .map(|chunk| {
                 let failed = &failed;
@@ -538,11 +690,12 @@ impl PurgeFanout {
                 None => out.missed.extend(chunk),
             }
         }
-        let event = out
+        let missed = out
             .error
             .as_ref()
             .map(|e| self.emit_missed(&out.provider, request.scope.kind(), out.missed.clone(), e));
-        (out, event)
+        let recovered = self.settle(request, &out);
+        (out, missed.into_iter().chain(recovered).collect())
     }
 
     /// Purges `request` on every provider in parallel, each batched and paced by its own
@@ -556,14 +709,22 @@ impl PurgeFanout {
                 .map(|m| self.run_member(m, request, watch)),
         )
         .await;
-        self.finish(request, outcomes, watch)
+        self.finish(outcomes, watch, self.ideal(request))
+    }
+
+    /// The slowest provider's least time for `request`.
+    fn ideal(&self, request: &PurgeRequest) -> Duration {
+        self.ideal_times(request)
+            .first()
+            .map(|t| t.1)
+            .unwrap_or_default()
     }
 
     fn finish(
         &self,
-        request: &PurgeRequest,
-        outcomes: Vec<(MemberOutcome, Option<Event>)>,
+        outcomes: Vec<(MemberOutcome, Vec<Event>)>,
         watch: Stopwatch,
+        ideal: Duration,
     ) -> Result<FanoutReport, FanoutError> {
         let mut receipts = Vec::new();
         let mut failures = Vec::new();
@@ -574,7 +735,7 @@ impl PurgeFanout {
                 None => receipts.push(out.receipt()),
                 Some(error) => failures.push(ProviderFailure {
                     provider: out.provider.clone(),
-                    scope: request.scope.kind().to_owned(),
+                    scope: out.scope.to_owned(),
                     acknowledged: (out.requests > 0).then(|| out.receipt()),
                     missed: out.missed,
                     error,
@@ -597,11 +758,13 @@ impl PurgeFanout {
             slowest: slowest.map(|s| s.0),
             receipts,
             elapsed: watch.elapsed(),
-            ideal: self
-                .ideal_times(request)
-                .first()
-                .map(|t| t.1)
-                .unwrap_or_default(),
+            ideal,
+            recovered: events
+                .iter()
+                .filter(|e| matches!(e, Event::PurgeRecovered { .. }))
+                .map(|e| e.provider().clone())
+                .collect(),
+            events,
         })
     }
 
@@ -634,11 +797,7 @@ impl PurgeFanout {
             .min()
             .unwrap_or(1);
         let chunks = batch::chunks(&items, chunk_size);
-        let ideal = self
-            .ideal_times(request)
-            .first()
-            .map(|t| t.1)
-            .unwrap_or_default();
+        let ideal = self.ideal(request);
         // The queue's own buckets: every budget of every provider, in chunk units, each tagged
         // with its provider so a provider that has failed (and is sent nothing more) stops
         // setting the pace.
@@ -661,7 +820,7 @@ impl PurgeFanout {
         let mut outcomes: Vec<MemberOutcome> = self
             .members
             .iter()
-            .map(|m| MemberOutcome::new(m.provider().clone()))
+            .map(|m| MemberOutcome::new(m.provider().clone(), request.scope.kind()))
             .collect();
         let mut events: Vec<Option<Event>> = self.members.iter().map(|_| None).collect();
         let mut state = QueueProgress {
@@ -748,7 +907,15 @@ impl PurgeFanout {
             state.elapsed = watch.elapsed();
             progress(&state);
         }
-        let outcomes = outcomes.into_iter().zip(events).collect();
-        self.finish(request, outcomes, watch)
+        let outcomes = outcomes
+            .into_iter()
+            .zip(events)
+            .map(|(out, missed)| {
+                let recovered = self.settle(request, &out);
+                let events = missed.into_iter().chain(recovered).collect();
+                (out, events)
+            })
+            .collect();
+        self.finish(outcomes, watch, ideal)
     }
 }
