@@ -21,8 +21,7 @@ use multicdn_core::{Error, ProviderId, ProviderKind, Secret};
 use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
 
-use super::wire;
-use crate::http::{Answer, HttpSettings, VendorHttp, encode_segment, parse_retry_after};
+use crate::http::{Answer, HttpSettings, VendorHttp, encode_segment};
 use crate::render::cloudflare_rules::{CloudflareRendering, Rule, Ruleset};
 use crate::render::plan::{Change, DeployError, Drift, diff};
 use crate::spec::required_field;
@@ -198,44 +197,8 @@ impl CloudflareDeployer {
         if missing_ok && answer.status.as_u16() == 404 {
             return Ok(None);
         }
-        let envelope = wire::read_envelope(&answer.body);
-        if answer.status.is_success() {
-            let envelope = envelope.map_err(|message| Error::UnexpectedResponse {
-                provider: self.id.clone(),
-                request: label.to_owned(),
-                message,
-            })?;
-            if envelope.success {
-                return Ok(Some(envelope.result.unwrap_or(Value::Null)));
-            }
-            let f = wire::failure(&envelope.errors);
-            let status = answer.status.as_u16();
-            return Err(match f.class {
-                wire::Class::Auth => Error::Auth {
-                    provider: self.id.clone(),
-                    request: label.to_owned(),
-                    status,
-                    message: f.message,
-                },
-                class => Error::Vendor {
-                    provider: self.id.clone(),
-                    request: label.to_owned(),
-                    status,
-                    code: f.code,
-                    message: f.message,
-                    retryable: class == wire::Class::RateLimited,
-                    retry_after: parse_retry_after(&answer.headers),
-                },
-            });
-        }
-        let (code, message) = match envelope {
-            Ok(e) => {
-                let f = wire::failure(&e.errors);
-                (f.code, f.message)
-            }
-            Err(_) => (None, answer.text().chars().take(300).collect()),
-        };
-        Err(self.http.status_error(label, answer, code, message))
+        let envelope = super::read_answer(&self.http, label, answer)?;
+        Ok(Some(envelope.result.unwrap_or(Value::Null)))
     }
 
     /// The zone's entry-point ruleset of `phase`, `None` when it has none yet.

@@ -26,7 +26,8 @@ pub use limits::{CloudflareLimits, MAX_ITEMS_PER_REQUEST, MAX_URLS_PER_REQUEST_E
 use crate::fanout::batch::{Acked, chunks, send_batches};
 use crate::fanout::{KindPacing, Pacing};
 use crate::http::{
-    Answer, HttpSettings, Pacer, Sent, VendorHttp, encode_segment, parse_retry_after, secret_header,
+    Answer, HttpSettings, Pacer, Sent, VendorHttp, encode_segment, parse_retry_after,
+    secret_header, with_retry_advice,
 };
 use crate::spec::{required_field, token_from_env};
 
@@ -239,67 +240,7 @@ impl CloudflarePurger {
 
     /// Reads an answer into the purge id, or the error it means.
     fn read(&self, label: &str, answer: &Answer) -> Result<Option<String>, Error> {
-        let envelope = wire::read_envelope(&answer.body);
-        if answer.status.is_success() {
-            let envelope = envelope.map_err(|message| Error::UnexpectedResponse {
-                provider: self.id.clone(),
-                request: label.to_owned(),
-                message,
-            })?;
-            if envelope.success {
-                return Ok(wire::purge_id(&envelope));
-            }
-            let f = wire::failure(&envelope.errors);
-            let status = answer.status.as_u16();
-            return Err(match f.class {
-                wire::Class::Auth => Error::Auth {
-                    provider: self.id.clone(),
-                    request: label.to_owned(),
-                    status,
-                    message: f.message,
-                },
-                class => Error::Vendor {
-                    provider: self.id.clone(),
-                    request: label.to_owned(),
-                    status,
-                    code: f.code,
-                    message: f.message,
-                    retryable: class == wire::Class::RateLimited,
-                    retry_after: parse_retry_after(&answer.headers),
-                },
-            });
-        }
-        let (class, code, message) = match envelope {
-            Ok(e) => {
-                let f = wire::failure(&e.errors);
-                (Some(f.class), f.code, f.message)
-            }
-            Err(_) => (None, None, answer.text().chars().take(300).collect()),
-        };
-        let err = self.http.status_error(label, answer, code, message);
-        Err(match (class, err) {
-            (
-                Some(wire::Class::RateLimited),
-                Error::Vendor {
-                    provider,
-                    request,
-                    status,
-                    code,
-                    message,
-                    retry_after,
-                    ..
-                },
-            ) => Error::Vendor {
-                provider,
-                request,
-                status,
-                code,
-                message,
-                retryable: true,
-                retry_after,
-            },
-            (_, err) => err,
-        })
+        Ok(wire::purge_id(&read_answer(&self.http, label, answer)?))
     }
 
     /// Sends one purge request of one kind.
@@ -337,17 +278,61 @@ impl CloudflarePurger {
             )
             .await
     }
+}
 
-    fn receipt(&self, items: usize, acked: Acked, watch: Stopwatch) -> PurgeReceipt {
-        PurgeReceipt::new(
-            self.id.clone(),
-            acked.ids,
-            items,
-            acked.requests,
-            acked.attempts,
-            watch.elapsed(),
-        )
+/// Reads any Cloudflare API answer: the envelope of a success, or the error it means. A `2xx`
+/// with `success:false` is a failure classified by its codes; an error status is read through
+/// the HTTP layer with Cloudflare's codes and messages, a rate-limit code making it retryable
+/// whatever the status.
+pub(crate) fn read_answer(
+    http: &VendorHttp,
+    label: &str,
+    answer: &Answer,
+) -> Result<wire::Envelope, Error> {
+    let provider = http.provider();
+    let envelope = wire::read_envelope(&answer.body);
+    if answer.status.is_success() {
+        let envelope = envelope.map_err(|message| Error::UnexpectedResponse {
+            provider: provider.clone(),
+            request: label.to_owned(),
+            message,
+        })?;
+        if envelope.success {
+            return Ok(envelope);
+        }
+        let f = wire::failure(&envelope.errors);
+        let status = answer.status.as_u16();
+        return Err(match f.class {
+            wire::Class::Auth => Error::Auth {
+                provider: provider.clone(),
+                request: label.to_owned(),
+                status,
+                message: f.message,
+            },
+            class => Error::Vendor {
+                provider: provider.clone(),
+                request: label.to_owned(),
+                status,
+                code: f.code,
+                message: f.message,
+                retryable: class == wire::Class::RateLimited,
+                retry_after: parse_retry_after(&answer.headers),
+            },
+        });
     }
+    let (class, code, message) = match envelope {
+        Ok(e) => {
+            let f = wire::failure(&e.errors);
+            (Some(f.class), f.code, f.message)
+        }
+        Err(_) => (None, None, answer.text().chars().take(300).collect()),
+    };
+    let err = http.status_error(label, answer, code, message);
+    Err(with_retry_advice(
+        err,
+        class == Some(wire::Class::RateLimited),
+        None,
+    ))
 }
 
 /// Why `item` cannot be purged as `kind`, if it cannot.
@@ -383,13 +368,8 @@ impl Purger for CloudflarePurger {
         let pacing = self.pacing();
         let kind = request.scope.kind();
         if matches!(request.scope, PurgeScope::Everything) {
-            let sent = self.send(kind, Vec::new()).await?;
-            let acked = Acked {
-                ids: sent.value,
-                requests: 1,
-                attempts: sent.attempts,
-            };
-            return Ok(self.receipt(0, acked, watch));
+            let acked = Acked::one(self.send(kind, Vec::new()).await?);
+            return Ok(acked.receipt(&self.id, 0, watch));
         }
         let per_request = pacing
             .for_scope(&request.scope)
@@ -397,7 +377,7 @@ impl Purger for CloudflarePurger {
         let batches = chunks(request.scope.items(), per_request);
         let items: usize = batches.iter().map(Vec::len).sum();
         let acked = send_batches(batches, self.in_flight, |batch| self.send(kind, batch)).await?;
-        Ok(self.receipt(items, acked, watch))
+        Ok(acked.receipt(&self.id, items, watch))
     }
 }
 

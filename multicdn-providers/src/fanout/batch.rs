@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::future::Future;
 
 use futures::{StreamExt, TryStreamExt};
-use multicdn_core::Error;
+use multicdn_core::{Error, ProviderId, PurgeReceipt, Stopwatch};
 
 use crate::http::Sent;
 
@@ -36,6 +36,34 @@ pub(crate) struct Acked {
     pub(crate) requests: u32,
     /// Attempts, retries included.
     pub(crate) attempts: u32,
+}
+
+impl Acked {
+    /// What one request acknowledged.
+    pub(crate) fn one(sent: Sent<Vec<String>>) -> Acked {
+        Acked {
+            ids: sent.value,
+            requests: 1,
+            attempts: sent.attempts,
+        }
+    }
+
+    /// The receipt of `provider`'s purge of `items` items, begun when `watch` started.
+    pub(crate) fn receipt(
+        self,
+        provider: &ProviderId,
+        items: usize,
+        watch: Stopwatch,
+    ) -> PurgeReceipt {
+        PurgeReceipt::new(
+            provider.clone(),
+            self.ids,
+            items,
+            self.requests,
+            self.attempts,
+            watch.elapsed(),
+        )
+    }
 }
 
 /// Sends `batches` through `send`, at most `in_flight` at once; the first failure fails the

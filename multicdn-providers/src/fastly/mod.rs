@@ -262,35 +262,32 @@ impl FastlyPurger {
     /// Purges one URL; the purge id.
     async fn purge_url(&self, url: &str, soft: bool) -> Result<Sent<Vec<String>>, Error> {
         let (path, label) = wire::url_purge_path(url).map_err(|m| self.invalid(m))?;
-        let label = format!("POST {label}");
-        self.http
-            .send_paced(
-                &label,
-                &[(&self.purges, 1)],
-                || self.post(&path, soft),
-                |answer| {
-                    self.check_status(&label, answer)?;
-                    let id = wire::read_status(&answer.body, true)
-                        .map_err(|m| self.unexpected(&label, m))?;
-                    Ok(id.into_iter().collect())
-                },
-            )
-            .await
+        self.purge_one(&path, &format!("POST {label}"), soft).await
     }
 
     /// Purges one surrogate key; the purge id.
     async fn purge_key(&self, key: &str, soft: bool) -> Result<Sent<Vec<String>>, Error> {
         let path = wire::key_purge_path(&self.service_id, key);
-        let label = format!("POST {path}");
+        self.purge_one(&path, &format!("POST {path}"), soft).await
+    }
+
+    /// One purge of one item (URL or key) at `path`, one token of the purge budget; the purge
+    /// id Fastly must answer with.
+    async fn purge_one(
+        &self,
+        path: &str,
+        label: &str,
+        soft: bool,
+    ) -> Result<Sent<Vec<String>>, Error> {
         self.http
             .send_paced(
-                &label,
+                label,
                 &[(&self.purges, 1)],
-                || self.post(&path, soft),
+                || self.post(path, soft),
                 |answer| {
-                    self.check_status(&label, answer)?;
+                    self.check_status(label, answer)?;
                     let id = wire::read_status(&answer.body, true)
-                        .map_err(|m| self.unexpected(&label, m))?;
+                        .map_err(|m| self.unexpected(label, m))?;
                     Ok(id.into_iter().collect())
                 },
             )
@@ -343,17 +340,6 @@ impl FastlyPurger {
             )
             .await
     }
-
-    fn receipt(&self, items: usize, acked: Acked, watch: Stopwatch) -> PurgeReceipt {
-        PurgeReceipt::new(
-            self.id.clone(),
-            acked.ids,
-            items,
-            acked.requests,
-            acked.attempts,
-            watch.elapsed(),
-        )
-    }
 }
 
 #[async_trait]
@@ -368,13 +354,8 @@ impl Purger for FastlyPurger {
         let soft = request.soft;
         match &request.scope {
             PurgeScope::Everything => {
-                let sent = self.purge_all().await?;
-                let acked = Acked {
-                    ids: sent.value,
-                    requests: 1,
-                    attempts: sent.attempts,
-                };
-                Ok(self.receipt(0, acked, watch))
+                let acked = Acked::one(self.purge_all().await?);
+                Ok(acked.receipt(&self.id, 0, watch))
             }
             PurgeScope::Tags(keys) => {
                 let batches = chunks(keys, self.limits.keys_per_batch);
@@ -383,7 +364,7 @@ impl Purger for FastlyPurger {
                     self.purge_batch(&batch, soft).await
                 })
                 .await?;
-                Ok(self.receipt(items, acked, watch))
+                Ok(acked.receipt(&self.id, items, watch))
             }
             PurgeScope::Urls(urls) => {
                 let batches = chunks(urls, 1);
@@ -393,7 +374,7 @@ impl Purger for FastlyPurger {
                     self.purge_url(url, soft).await
                 })
                 .await?;
-                Ok(self.receipt(items, acked, watch))
+                Ok(acked.receipt(&self.id, items, watch))
             }
             other => Err(self.unsupported(format!("purge by {}", other.kind()))),
         }

@@ -368,6 +368,36 @@ pub fn secret_header(provider: &ProviderId, value: &str) -> Result<http::HeaderV
     Ok(v)
 }
 
+/// `err` with a vendor's own retry advice added: made retryable when `retryable`, and given
+/// `retry_after` when it has no wait of its own. Only a vendor error carries advice; any other
+/// error is returned as it is.
+pub(crate) fn with_retry_advice(
+    err: Error,
+    retryable: bool,
+    retry_after: Option<Duration>,
+) -> Error {
+    match err {
+        Error::Vendor {
+            provider,
+            request,
+            status,
+            code,
+            message,
+            retryable: was_retryable,
+            retry_after: was_after,
+        } => Error::Vendor {
+            provider,
+            request,
+            status,
+            code,
+            message,
+            retryable: was_retryable || retryable,
+            retry_after: was_after.or(retry_after),
+        },
+        other => other,
+    }
+}
+
 /// The error and its sources, joined: reqwest's top-level message alone hides the cause.
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
@@ -383,6 +413,33 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_advice_is_added_to_vendor_errors_only() {
+        let p = ProviderId::new("cdn").unwrap();
+        let vendor = Error::Vendor {
+            provider: p.clone(),
+            request: "POST /x".into(),
+            status: 400,
+            code: Some("Throttling".into()),
+            message: "slow down".into(),
+            retryable: false,
+            retry_after: None,
+        };
+        let wait = Some(Duration::from_secs(2));
+        let amended = with_retry_advice(vendor.clone(), true, wait);
+        assert!(amended.is_retryable());
+        assert_eq!(amended.retry_after(), wait);
+        // No advice: unchanged.
+        assert!(!with_retry_advice(vendor, false, None).is_retryable());
+        let auth = Error::Auth {
+            provider: p,
+            request: "POST /x".into(),
+            status: 401,
+            message: "no".into(),
+        };
+        assert!(!with_retry_advice(auth, true, wait).is_retryable());
+    }
 
     #[test]
     fn ideal_time_counts_only_what_the_bucket_cannot_absorb() {

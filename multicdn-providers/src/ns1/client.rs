@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::record::Ns1Record;
-use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp, secret_header};
+use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp, secret_header, with_retry_advice};
 
 /// NS1's public API base.
 pub const DEFAULT_BASE: &str = "https://api.nsone.net";
@@ -99,30 +99,15 @@ impl Ns1Client {
                     t
                 }
             });
-        match self.http.status_error(label, answer, None, message) {
-            Error::Vendor {
-                provider,
-                request,
-                status,
-                code,
-                message,
-                retryable,
-                retry_after,
-            } => Error::Vendor {
-                retry_after: retry_after.or_else(|| {
-                    (status == 429)
-                        .then(|| rate_limit_wait(&answer.headers))
-                        .flatten()
-                }),
-                provider,
-                request,
-                status,
-                code,
-                message,
-                retryable,
-            },
-            other => other,
-        }
+        // A 429 without Retry-After: the wait NS1's rate-limit headers imply.
+        let implied = (answer.status.as_u16() == 429)
+            .then(|| rate_limit_wait(&answer.headers))
+            .flatten();
+        with_retry_advice(
+            self.http.status_error(label, answer, None, message),
+            false,
+            implied,
+        )
     }
 
     /// Sends one request; `None` for a 404 when `missing_ok`.

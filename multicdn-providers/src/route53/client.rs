@@ -17,7 +17,7 @@ use super::changes::Change;
 use super::health::{HealthCheckSpec, observation};
 use super::layout::{RecordSet, is_within, normalise_name};
 use super::xml::{self, ChangeInfo};
-use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp};
+use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp, with_retry_advice};
 
 /// Route 53's public endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://route53.amazonaws.com";
@@ -265,26 +265,8 @@ impl Route53Client {
             parsed.code.as_deref(),
             Some("Throttling" | "PriorRequestNotComplete")
         );
-        match self.http.status_error(label, answer, parsed.code, message) {
-            Error::Vendor {
-                provider,
-                request,
-                status,
-                code,
-                message,
-                retryable,
-                retry_after,
-            } => Error::Vendor {
-                provider,
-                request,
-                status,
-                code,
-                message,
-                retryable: retryable || throttled,
-                retry_after,
-            },
-            other => other,
-        }
+        let err = self.http.status_error(label, answer, parsed.code, message);
+        with_retry_advice(err, throttled, None)
     }
 
     /// The record sets at `record` and every name under it, read page by page. A server that
