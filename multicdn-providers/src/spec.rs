@@ -76,33 +76,30 @@ mod tests {
         ProviderId::new("primary").unwrap()
     }
 
-    #[test]
-    fn a_present_field_of_the_right_kind_is_returned() {
-        let s = spec(ProviderKind::Fastly, Some("SU1Z0isxPaozGVKXdv0eY"));
+    /// The service id, read for a Fastly adapter.
+    fn service_id(s: &ProviderSpec, purpose: &str) -> Result<String, String> {
         let got = required_field(
             &id(),
-            &s,
+            s,
             ProviderKind::Fastly,
             "service_id",
             s.service_id.as_ref(),
-            "for a Fastly purger",
+            purpose,
         );
+        got.map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_present_field_of_the_right_kind_is_returned() {
+        let s = spec(ProviderKind::Fastly, Some("SU1Z0isxPaozGVKXdv0eY"));
+        let got = service_id(&s, "for a Fastly purger");
         assert_eq!(got.unwrap(), "SU1Z0isxPaozGVKXdv0eY");
     }
 
     #[test]
     fn another_kind_is_refused_naming_both_kinds_and_the_field_to_fix() {
         let s = spec(ProviderKind::Cloudflare, Some("x"));
-        let err = required_field(
-            &id(),
-            &s,
-            ProviderKind::Fastly,
-            "service_id",
-            s.service_id.as_ref(),
-            "to deploy to Fastly",
-        )
-        .unwrap_err()
-        .to_string();
+        let err = service_id(&s, "to deploy to Fastly").unwrap_err();
         assert!(err.contains("of kind cloudflare, not fastly"), "{err}");
         assert!(err.contains("providers.primary.kind: fastly"), "{err}");
     }
@@ -111,16 +108,7 @@ mod tests {
     fn a_missing_or_blank_field_is_named_with_its_purpose() {
         for value in [None, Some("  ")] {
             let s = spec(ProviderKind::Fastly, value);
-            let err = required_field(
-                &id(),
-                &s,
-                ProviderKind::Fastly,
-                "service_id",
-                s.service_id.as_ref(),
-                "for a Fastly purger",
-            )
-            .unwrap_err()
-            .to_string();
+            let err = service_id(&s, "for a Fastly purger").unwrap_err();
             assert!(err.contains("providers.primary.service_id"), "{err}");
             assert!(err.contains("required for a Fastly purger"), "{err}");
         }
