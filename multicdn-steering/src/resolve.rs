@@ -410,6 +410,121 @@ mod maxmind {
             assert_eq!(network_from_records(None, Some("USA")).country, None);
         }
 
+        /// A UTF-8 string in the MaxMind data format (sizes of 29 and more take a second byte).
+        fn put_str(out: &mut Vec<u8>, s: &str) {
+            if s.len() < 29 {
+                out.push((2 << 5) | s.len() as u8);
+            } else {
+                out.push((2 << 5) | 29);
+                out.push((s.len() - 29) as u8);
+            }
+            out.extend_from_slice(s.as_bytes());
+        }
+
+        /// A tiny MaxMind database (format 2.0, IPv4, 24-bit records) holding one prefix, a
+        /// /24, whose record is `data`.
+        fn tiny_db(prefix: [u8; 3], data: &[u8], database_type: &str) -> Vec<u8> {
+            fn string(out: &mut Vec<u8>, s: &str) {
+                put_str(out, s);
+            }
+            fn uint(out: &mut Vec<u8>, kind: u8, v: u64, width: usize) {
+                let bytes = v.to_be_bytes();
+                let bytes = &bytes[8 - width..];
+                if kind >= 8 {
+                    out.push(width as u8);
+                    out.push(kind - 7);
+                } else {
+                    out.push((kind << 5) | width as u8);
+                }
+                out.extend_from_slice(bytes);
+            }
+            let nodes = 24u32;
+            let bits: Vec<u8> = (0..24)
+                .map(|i| (prefix[i / 8] >> (7 - i % 8)) & 1)
+                .collect();
+            let mut out = Vec::new();
+            for (depth, bit) in bits.iter().enumerate() {
+                let onward = if depth == 23 {
+                    nodes + 16
+                } else {
+                    depth as u32 + 1
+                };
+                let (left, right) = if *bit == 0 {
+                    (onward, nodes)
+                } else {
+                    (nodes, onward)
+                };
+                out.extend_from_slice(&left.to_be_bytes()[1..]);
+                out.extend_from_slice(&right.to_be_bytes()[1..]);
+            }
+            out.extend_from_slice(&[0u8; 16]);
+            out.extend_from_slice(data);
+            out.extend_from_slice(b"\xAB\xCD\xEFMaxMind.com");
+            out.push((7 << 5) | 9);
+            string(&mut out, "binary_format_major_version");
+            uint(&mut out, 5, 2, 1);
+            string(&mut out, "binary_format_minor_version");
+            uint(&mut out, 5, 0, 0);
+            string(&mut out, "build_epoch");
+            uint(&mut out, 9, 1_764_504_000, 4);
+            string(&mut out, "database_type");
+            string(&mut out, database_type);
+            string(&mut out, "description");
+            out.push(7 << 5);
+            string(&mut out, "ip_version");
+            uint(&mut out, 5, 4, 1);
+            string(&mut out, "languages");
+            out.push(0);
+            out.push(11 - 7);
+            string(&mut out, "node_count");
+            uint(&mut out, 6, u64::from(nodes), 1);
+            string(&mut out, "record_size");
+            uint(&mut out, 5, 24, 1);
+            out
+        }
+
+        #[test]
+        fn reads_asn_and_country_from_maxmind_databases() {
+            let mut asn = Vec::new();
+            asn.push((7 << 5) | 2);
+            for (k, v) in [
+                ("autonomous_system_number", None),
+                ("autonomous_system_organization", Some("COMCAST-7922")),
+            ] {
+                put_str(&mut asn, k);
+                match v {
+                    None => asn.extend_from_slice(&[(6 << 5) | 2, 0x1e, 0xf2]),
+                    Some(s) => put_str(&mut asn, s),
+                }
+            }
+            let mut country = Vec::new();
+            country.push((7 << 5) | 1);
+            put_str(&mut country, "country");
+            country.push((7 << 5) | 1);
+            put_str(&mut country, "iso_code");
+            put_str(&mut country, "US");
+            let resolver = MaxMindResolver::from_bytes(
+                Some(tiny_db([198, 51, 100], &asn, "GeoLite2-ASN")),
+                Some(tiny_db([198, 51, 100], &country, "GeoLite2-Country")),
+            )
+            .unwrap();
+            let net = resolver.resolve("198.51.100.7".parse().unwrap());
+            assert_eq!(net.asn, Some(7922));
+            assert_eq!(net.country.map(|c| c.to_string()).as_deref(), Some("US"));
+            assert!(
+                resolver
+                    .resolve("203.0.113.7".parse().unwrap())
+                    .is_unknown()
+            );
+            // An IPv6 address in an IPv4-only database is unknown, not an error.
+            assert!(
+                resolver
+                    .resolve("2001:db8::1".parse().unwrap())
+                    .is_unknown()
+            );
+            assert!(format!("{resolver:?}").contains("GeoLite2-ASN"));
+        }
+
         #[test]
         fn a_file_that_is_not_a_database_is_an_error_naming_it() {
             let dir = tempfile::tempdir().unwrap();
