@@ -695,7 +695,8 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
                 continue;
             }
         }
-        if !item.mem.is_idle() || (!item.region && item.input.is_none()) {
+        // Finer cohorts keep their parent region, for the rounds their data is missing.
+        if !item.mem.is_idle() || !item.region {
             memory.insert(item.id.clone(), item.mem);
         }
         cohorts.push(CohortPlan {

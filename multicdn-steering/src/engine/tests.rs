@@ -628,3 +628,40 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_carved_out_cohort_without_data_keeps_its_weights_and_falls_back_to_its_region() {
+    let mut sim = Sim::new(policy());
+    let mut as3320 = input("as3320", "AS3320", 0.2, 300.0, 100.0);
+    as3320.parent = Some(c("europe"));
+    sim.round(t(0), &[as3320]);
+    assert_eq!(
+        sim.weights("as3320"),
+        fc(7000),
+        "carved out of europe's 90/10, one step"
+    );
+    sim.round(t(700), &[]);
+    assert_eq!(
+        sim.weights("as3320"),
+        fc(7000),
+        "no data: no move, and the cohort stays"
+    );
+    let d = decide(
+        t(5000),
+        &Inputs {
+            policy: &sim.policy,
+            current: &sim.plan,
+            cohorts: &[],
+            health: &sim.health,
+            data_as_of: Some(t(700)),
+            state: &sim.state,
+        },
+    );
+    assert_eq!(d.mode, Mode::Deadman);
+    let e = d.journal.iter().find(|e| e.cohort == c("as3320")).unwrap();
+    assert_eq!(
+        e.after,
+        fc(9000),
+        "europe's static weights, not the default's"
+    );
+}
