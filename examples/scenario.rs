@@ -650,7 +650,13 @@ fn checks(
         .iter()
         .filter(|e| e.cohort.as_str() == "as1221" && e.rule == Rule::Rum && e.is_move())
         .collect();
-    let damped = as1221.len() >= 2
+    // Before the first edge incident (03:00), the only thing moving AS1221 is its RUM gap.
+    let first_incident = start + Duration::from_secs(3 * 3600);
+    let towards_fastly = as1221
+        .iter()
+        .filter(|e| e.at < first_incident && e.after.get(fastly) > e.before.get(fastly))
+        .count();
+    let damped = towards_fastly >= 2
         && as1221.iter().all(|e| e.moved_bp() <= step)
         && as1221
             .first()
@@ -705,12 +711,10 @@ fn checks(
     let explained = entries.iter().filter(|e| e.is_move()).all(|e| {
         e.rule != Rule::Rum || (e.evidence.gap_ms.is_some() && !e.evidence.scores.is_empty())
     });
-    let _ = start;
     vec![
         (
             format!(
-                "AS1221 moved to fastly in damped steps ({} moves, each at most {})",
-                as1221.len(),
+                "AS1221 moved to fastly in damped steps ({towards_fastly} moves, each at most {})",
                 multicdn_core::policy::Share(step)
             ),
             damped,
