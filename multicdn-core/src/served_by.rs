@@ -445,7 +445,10 @@ mod tests {
     #[test]
     fn completes_a_server_timing_without_pop_from_the_vendor_headers() {
         let h = vec![
-            ("server-timing", r#"cdn;desc="cloudflare", cache;desc="HIT""#),
+            (
+                "server-timing",
+                r#"cdn;desc="cloudflare", cache;desc="HIT""#,
+            ),
             ("cf-ray", "7d1c2a3b4c5d6e7f-SYD"),
         ];
         let s = served_by(&h).unwrap();
