@@ -194,14 +194,16 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    #[inline]
     fn is_down(&self, p: &ProviderId) -> bool {
-        self.down.iter().any(|(d, _)| d == p)
+        self.down.iter().any(|(d, _)| same(d, p))
     }
 
+    #[inline]
     fn floor(&self, p: &ProviderId) -> u32 {
         self.floors
             .iter()
-            .find(|(q, _)| q == p)
+            .find(|(q, _)| same(q, p))
             .map_or(0, |(_, f)| *f)
     }
 
@@ -297,14 +299,13 @@ fn fallback(
         .iter()
         .find(|c| c.networks.contains(&NetworkKey::Global));
     let mut journal = Vec::new();
+    let parents: IdMap<'_, &CohortId> = inputs.state.parents().collect();
     for c in &inputs.current.cohorts {
         let target = statics.get(&c.cohort).copied().or_else(|| {
-            let parent = inputs
-                .state
-                .cohorts
+            parents
                 .get(&c.cohort)
-                .and_then(|m| m.parent.as_ref());
-            parent.and_then(|p| statics.get(p).copied()).or(default)
+                .and_then(|p| statics.get(p).copied())
+                .or(default)
         });
         if let Some(t) = target
             && t.weights != c.weights
@@ -339,31 +340,87 @@ fn fallback(
     }
 }
 
+/// One cohort of the round. Everything is borrowed from the inputs until it changes: most
+/// cohorts do not change in a round, and they cost no allocation until the plan is written.
 struct Work<'a> {
-    id: CohortId,
-    networks: Cow<'a, [NetworkKey]>,
+    id: &'a CohortId,
+    networks: &'a [NetworkKey],
     input: Option<&'a CohortInput>,
     share: f64,
-    w: Weights,
+    w: Cow<'a, Weights>,
     region: bool,
-    mem: CohortMemory,
+    /// Its memory from the last round, until this round changes it (`own`).
+    old: &'a CohortMemory,
+    own: Option<Box<CohortMemory>>,
+    /// The region it falls back to (written into its memory with the plan).
+    parent: Option<&'a CohortId>,
     moved: bool,
 }
 
-struct Proposal {
+impl Work<'_> {
+    #[inline]
+    fn mem(&self) -> &CohortMemory {
+        self.own.as_deref().unwrap_or(self.old)
+    }
+
+    #[inline]
+    fn mem_mut(&mut self) -> &mut CohortMemory {
+        let old = self.old;
+        self.own.get_or_insert_with(|| Box::new(old.clone()))
+    }
+}
+
+/// Where an optimizing rule wants a cohort.
+enum Goal<'a> {
+    /// A split (pins, recovery).
+    Weights(Weights, Box<Evidence>),
+    /// A RUM step: `bp` from `from` to `to`, with the numbers that cleared the thresholds.
+    Shift {
+        from: &'a ProviderId,
+        to: &'a ProviderId,
+        bp: u32,
+        facts: RumFacts,
+    },
+}
+
+/// The numbers behind a RUM move (made into [`Evidence`] only for moves that happen).
+#[derive(Clone, Copy)]
+struct RumFacts {
+    gap: f64,
+    relative: f64,
+    need_ms: f64,
+    need_rel: f64,
+    switching_back: bool,
+}
+
+struct Proposal<'a> {
     work: usize,
-    target: Weights,
+    goal: Goal<'a>,
     rule: Rule,
-    evidence: Evidence,
     priority: u8,
     gap: f64,
 }
 
 type IdMap<'a, V> = HashMap<&'a CohortId, V, BuildHasherDefault<IdHasher>>;
 
-fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> Decision {
+/// Memory of a cohort the engine has nothing on yet.
+static IDLE: CohortMemory = CohortMemory {
+    last_move: None,
+    remeasure_due: false,
+    recent: Vec::new(),
+    before_failover: None,
+    recovering_to: None,
+};
+
+/// The same cohort: the same shared string (ids cloned from one another), or equal text.
+#[inline]
+fn same_cohort(a: &CohortId, b: &CohortId) -> bool {
+    std::ptr::eq(a.as_str(), b.as_str()) || a == b
+}
+
+fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Decision {
     let now = ctx.now;
-    let old = &inputs.state;
+    let old = inputs.state;
     // Compared on every cohort: a first-byte check spares most string comparisons.
     let region_of = |id: &CohortId| {
         let first = id.as_str().as_bytes().first();
@@ -379,6 +436,7 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
         .map(|c| c.cohort.clone())
         .unwrap_or_else(default_cohort_id);
     let pins: Vec<&Pin> = ctx.steering.pins.iter().filter(|p| now < p.until).collect();
+    let pin_ids: Vec<CohortId> = pins.iter().map(|p| cohort_id_for(p.network)).collect();
     let mut current: IdMap<'_, &CohortPlan> = IdMap::default();
     for c in &inputs.current.cohorts {
         // Only regions: finer cohorts in force are found through `index` below.
@@ -386,78 +444,108 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
             current.insert(&c.cohort, c);
         }
     }
+    // A cohort's memory from the last round, and a pruned copy when it has moves older
+    // than the hour.
+    let memory_of = |id: &CohortId| -> (&CohortMemory, Option<Box<CohortMemory>>) {
+        let mem = old.cohorts.get(id).unwrap_or(&IDLE);
+        let own = mem
+            .recent
+            .iter()
+            .any(|(at, _)| now.since(*at) >= state::HOUR)
+            .then(|| {
+                let mut mem = Box::new(mem.clone());
+                mem.prune(now);
+                mem
+            });
+        (mem, own)
+    };
 
     // The cohorts of this round: finer ones first (those in force, in plan order, then new
     // ones in input order, then pinned networks), then the regions in policy order.
     let mut work: Vec<Work<'_>> =
         Vec::with_capacity(inputs.cohorts.len() + inputs.current.cohorts.len());
     let mut index: IdMap<'_, usize> = IdMap::default();
-    index.reserve(work.capacity());
+    index.reserve(inputs.current.cohorts.len());
+    let mut parents = state::ParentLookup::new(old);
     let region_count = static_plan.cohorts.len();
-    let new_work =
-        |id: &CohortId, networks: Cow<'a, [NetworkKey]>, w: Weights, region: bool| Work {
-            id: id.clone(),
-            networks,
-            input: None,
-            share: 0.0,
-            w,
-            region,
-            mem: old.cohorts.get(id).cloned().unwrap_or_default(),
-            moved: false,
-        };
     for c in &inputs.current.cohorts {
         if region_of(&c.cohort).is_none()
             && let std::collections::hash_map::Entry::Vacant(slot) = index.entry(&c.cohort)
         {
             slot.insert(work.len());
-            work.push(new_work(
-                &c.cohort,
-                Cow::Borrowed(&c.networks),
-                c.weights.clone(),
-                false,
-            ));
+            let (old, own) = memory_of(&c.cohort);
+            work.push(Work {
+                id: &c.cohort,
+                networks: &c.networks,
+                input: None,
+                share: 0.0,
+                w: Cow::Borrowed(&c.weights),
+                region: false,
+                parent: parents.get(&c.cohort),
+                old,
+                own,
+                moved: false,
+            });
         }
     }
+    let in_force = work.len();
     let mut region_inputs: Vec<Option<&CohortInput>> = vec![None; region_count];
+    // Inputs usually list the cohorts in force in plan order: try the next one before hashing.
+    let mut guess = 0;
     for i in inputs.cohorts {
-        if let Some(r) = region_of(&i.cohort) {
+        if region_of(&i.cohort).is_some_and(|r| {
             region_inputs[r] = Some(i);
+            true
+        }) {
             continue;
         }
-        let at = match index.get(&i.cohort) {
-            Some(at) => *at,
-            None => {
-                let parent = i.parent.as_ref().unwrap_or(&default_id);
-                let Some(start) = current
-                    .get(parent)
-                    .map(|c| &c.weights)
-                    .or_else(|| region_of(parent).map(|r| &static_plan.cohorts[r].weights))
-                else {
-                    continue;
-                };
-                index.insert(&i.cohort, work.len());
-                work.push(new_work(
-                    &i.cohort,
-                    Cow::Borrowed(&i.networks),
-                    start.clone(),
-                    false,
-                ));
-                work.len() - 1
-            }
+        let at = match work.get(guess).filter(|w| same_cohort(w.id, &i.cohort)) {
+            // Ids in `work` are unique, so this is the index `index` holds.
+            Some(_) => guess,
+            None => match index.get(&i.cohort) {
+                Some(at) => *at,
+                None => {
+                    let parent = i.parent.as_ref().unwrap_or(&default_id);
+                    let Some(start) = current
+                        .get(parent)
+                        .map(|c| &c.weights)
+                        .or_else(|| region_of(parent).map(|r| &static_plan.cohorts[r].weights))
+                    else {
+                        continue;
+                    };
+                    index.insert(&i.cohort, work.len());
+                    let (old, own) = memory_of(&i.cohort);
+                    work.push(Work {
+                        id: &i.cohort,
+                        networks: &i.networks,
+                        input: None,
+                        share: 0.0,
+                        w: Cow::Borrowed(start),
+                        region: false,
+                        old,
+                        own,
+                        parent: None,
+                        moved: false,
+                    });
+                    work.len() - 1
+                }
+            },
         };
+        if at < in_force {
+            guess = at + 1;
+        }
         let item = &mut work[at];
         item.input = Some(i);
         item.share = i.share;
-        item.mem.parent = i.parent.clone();
+        item.parent = i.parent.as_ref();
     }
-    for pin in &pins {
+    for (pin, id) in pins.iter().zip(&pin_ids) {
         let exact = static_plan
             .cohorts
             .iter()
             .any(|c| c.networks == [pin.network])
             || work.iter().any(|w| *w.networks == [pin.network]);
         if !exact {
-            let id = cohort_id_for(pin.network);
             let parent = static_plan
                 .cohorts
                 .iter()
@@ -465,59 +553,87 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
                 .map_or(&default_id, |c| &c.cohort);
             let start = current
                 .get(parent)
-                .map(|c| c.weights.clone())
-                .or_else(|| region_of(parent).map(|r| static_plan.cohorts[r].weights.clone()));
+                .map(|c| &c.weights)
+                .or_else(|| region_of(parent).map(|r| &static_plan.cohorts[r].weights));
             if let Some(start) = start {
-                let mut item = new_work(&id, Cow::Owned(vec![pin.network]), start, false);
-                item.mem.parent = Some(parent.clone());
-                work.push(item);
+                let (old, own) = memory_of(id);
+                work.push(Work {
+                    id,
+                    networks: std::slice::from_ref(&pin.network),
+                    input: None,
+                    share: 0.0,
+                    w: Cow::Borrowed(start),
+                    region: false,
+                    old,
+                    own,
+                    parent: Some(parent),
+                    moved: false,
+                });
             }
         }
     }
     for (r, c) in static_plan.cohorts.iter().enumerate() {
         let w = current
             .get(&c.cohort)
-            .map_or_else(|| c.weights.clone(), |cur| cur.weights.clone());
-        let mut item = new_work(&c.cohort, Cow::Owned(c.networks.clone()), w, true);
-        item.input = region_inputs[r];
-        item.share = region_inputs[r].map_or(0.0, |i| i.share);
-        work.push(item);
-    }
-    for item in &mut work {
-        item.mem.prune(now);
+            .map_or(&c.weights, |cur| &cur.weights);
+        let input = region_inputs[r];
+        let (old, own) = memory_of(&c.cohort);
+        work.push(Work {
+            id: &c.cohort,
+            networks: &c.networks,
+            input,
+            share: input.map_or(0.0, |i| i.share),
+            w: Cow::Borrowed(w),
+            region: true,
+            parent: parents.get(&c.cohort),
+            old,
+            own,
+            moved: false,
+        });
     }
 
     let mut journal: Vec<JournalEntry> = Vec::new();
-    let mut proposals: Vec<Proposal> = Vec::new();
+    let mut proposals: Vec<Proposal<'_>> = Vec::new();
     for (wi, item) in work.iter_mut().enumerate() {
         // 1. Health failover.
         health(ctx, item, &mut journal);
-        let mem = &mut item.mem;
-        let settling = mem
+        let settling = item
+            .mem()
             .last_move
             .as_ref()
             .is_some_and(|m| now.since(m.at) < ctx.rum.settle.get());
         // 2. Pins.
-        let pin = pins.iter().find(|p| *item.networks == [p.network]);
+        let pin = if pins.is_empty() {
+            None
+        } else {
+            pins.iter().find(|p| *item.networks == [p.network])
+        };
         let proposal = if let Some(pin) = pin {
             pin.weights().ok().and_then(|pw| {
                 let target = floored(ctx, &respect_down(ctx, &pw, &item.w));
-                (target != item.w).then(|| Proposal {
+                (target != *item.w).then(|| Proposal {
                     work: wi,
-                    target,
+                    goal: Goal::Weights(
+                        target,
+                        Box::new(Evidence {
+                            note: format!("pinned until {}: {}", pin.until, pin.reason),
+                            ..evidence_of(item.input)
+                        }),
+                    ),
                     rule: Rule::Pin,
-                    evidence: Evidence {
-                        note: format!("pinned until {}: {}", pin.until, pin.reason),
-                        ..evidence_of(item.input)
-                    },
                     priority: 0,
                     gap: 0.0,
                 })
             })
-        } else if let Some(goal) = mem.recovering_to.clone().filter(|_| ctx.down.is_empty()) {
-            let goal_floored = floored(ctx, &goal);
-            if item.w == goal_floored {
-                mem.recovering_to = None;
+        } else if let Some(goal) = item
+            .mem()
+            .recovering_to
+            .as_ref()
+            .filter(|_| ctx.down.is_empty())
+        {
+            let goal_floored = floored(ctx, goal);
+            if *item.w == goal_floored {
+                item.mem_mut().recovering_to = None;
                 None
             } else if settling {
                 None
@@ -526,29 +642,37 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
                     ctx,
                     &step_towards(&item.w, &goal_floored, ctx.rum.step.bp()),
                 );
-                (target != item.w).then(|| Proposal {
+                (target != *item.w).then(|| Proposal {
                     work: wi,
-                    target,
+                    goal: Goal::Weights(
+                        target,
+                        Box::new(Evidence {
+                            note: format!("every provider is up: back towards {goal}"),
+                            ..evidence_of(item.input)
+                        }),
+                    ),
                     rule: Rule::Recovery,
-                    evidence: Evidence {
-                        note: format!("every provider is up: back towards {goal}"),
-                        ..evidence_of(item.input)
-                    },
                     priority: 1,
                     gap: 0.0,
                 })
             }
         } else if ctx.rum.enabled && !settling {
-            item.input
-                .and_then(|input| rum(ctx, &item.w, input, mem.last_move.as_ref()))
-                .map(|(target, evidence, gap)| Proposal {
-                    work: wi,
-                    target,
-                    rule: Rule::Rum,
-                    evidence,
-                    priority: 2,
-                    gap,
-                })
+            item.input.and_then(|input| {
+                rum(ctx, &item.w, input, item.mem().last_move.as_ref()).map(
+                    |(from, to, bp, facts)| Proposal {
+                        work: wi,
+                        goal: Goal::Shift {
+                            from,
+                            to,
+                            bp,
+                            facts,
+                        },
+                        rule: Rule::Rum,
+                        priority: 2,
+                        gap: facts.relative,
+                    },
+                )
+            })
         } else {
             None
         };
@@ -556,7 +680,7 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
     }
 
     // 7. Guardrails: pins first, then recovery, then the largest relative gaps.
-    proposals.sort_by(|a, b| {
+    proposals.sort_unstable_by(|a, b| {
         a.priority
             .cmp(&b.priority)
             .then(b.gap.total_cmp(&a.gap))
@@ -573,13 +697,18 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
         - recent.iter().map(|(_, m)| m).sum::<f64>())
     .max(0.0);
     let mut held = Vec::new();
-    for mut p in proposals {
+    let mut moved_cohorts = 0;
+    for p in proposals {
         let item = &mut work[p.work];
-        let wanted = moved_between(&item.w, &p.target);
+        let wanted = match &p.goal {
+            // `bp` never exceeds what `from` has above its floor.
+            Goal::Shift { bp, .. } => *bp,
+            Goal::Weights(target, _) => moved_between(&item.w, target),
+        };
         let cohort_left = g
             .max_change_per_cohort
             .bp()
-            .saturating_sub(item.mem.moved_last_hour(now));
+            .saturating_sub(item.mem().moved_last_hour(now));
         let mut allowed = wanted.min(cohort_left);
         let mut by = (allowed < wanted).then_some(Guardrail::CohortCap);
         if item.share > 0.0 {
@@ -598,34 +727,58 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
             });
             continue;
         }
-        let after = step_towards(&item.w, &p.target, allowed);
-        let moved = moved_between(&item.w, &after);
+        let (after, moved, direction, mut evidence) = match p.goal {
+            Goal::Shift {
+                from,
+                to,
+                bp: _,
+                facts,
+            } => {
+                let (after, moved) = item.w.shift(from, to, allowed);
+                let evidence = Evidence {
+                    gap_ms: Some(rounded(facts.gap, 1e3)),
+                    gap_relative: Some(rounded(facts.relative, 1e6)),
+                    required_ms: Some(rounded(facts.need_ms, 1e3)),
+                    required_relative: Some(rounded(facts.need_rel, 1e6)),
+                    switching_back: facts.switching_back,
+                    ..evidence_of(item.input)
+                };
+                (after, moved, Some((from.clone(), to.clone())), evidence)
+            }
+            Goal::Weights(target, evidence) => {
+                let after = step_towards(&item.w, &target, allowed);
+                let moved = moved_between(&item.w, &after);
+                (after, moved, None, *evidence)
+            }
+        };
         if moved == 0 {
             continue;
         }
-        p.evidence.capped_by = by;
+        evidence.capped_by = by;
         let entry = JournalEntry {
             at: now,
             cohort: item.id.clone(),
             networks: item.networks.to_vec(),
-            before: item.w.clone(),
+            before: item.w.as_ref().clone(),
             after: after.clone(),
             rule: p.rule,
-            evidence: p.evidence,
+            evidence,
         };
-        if let Some((from, to)) = entry.direction() {
-            item.mem.last_move = Some(LastMove { at: now, from, to });
+        let mem = item.mem_mut();
+        if let Some((from, to)) = direction.or_else(|| entry.direction()) {
+            mem.last_move = Some(LastMove { at: now, from, to });
         }
-        item.mem.remeasure_due = true;
-        item.mem.recent.push((now, moved));
+        mem.remeasure_due = true;
+        mem.recent.push((now, moved));
         let weighted = f64::from(moved) * item.share;
         total_left = (total_left - weighted).max(0.0);
         if weighted > 0.0 {
             recent.push_back((now, weighted));
         }
         journal.push(entry);
-        item.w = after;
+        item.w = Cow::Owned(after);
         item.moved = true;
+        moved_cohorts += 1;
     }
 
     // 6. Floors that the weights in force did not meet (after a recovery, a hand edit).
@@ -636,7 +789,7 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
                 at: now,
                 cohort: item.id.clone(),
                 networks: item.networks.to_vec(),
-                before: item.w.clone(),
+                before: item.w.as_ref().clone(),
                 after: fixed.clone(),
                 rule: Rule::Floor,
                 evidence: Evidence {
@@ -645,25 +798,25 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
                     ..evidence_of(item.input)
                 },
             });
-            item.w = fixed;
+            item.w = Cow::Owned(fixed);
         }
         // Settled after a move: measure again, for the realized-improvement figure.
-        let mem = &mut item.mem;
-        if mem.remeasure_due
+        if item.mem().remeasure_due
             && !item.moved
-            && mem
+            && item
+                .mem()
                 .last_move
                 .as_ref()
                 .is_none_or(|m| now.since(m.at) >= ctx.rum.settle.get())
             && let Some(input) = item.input
         {
-            mem.remeasure_due = false;
+            item.mem_mut().remeasure_due = false;
             journal.push(JournalEntry {
                 at: now,
                 cohort: item.id.clone(),
                 networks: item.networks.to_vec(),
-                before: item.w.clone(),
-                after: item.w.clone(),
+                before: item.w.as_ref().clone(),
+                after: item.w.as_ref().clone(),
                 rule: Rule::Remeasured,
                 evidence: Evidence {
                     note: "settled after the last move; measured again".to_owned(),
@@ -676,33 +829,38 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
     // Finer cohorts that no longer differ from their region and carry no data are retired.
     let region_w: Vec<Weights> = work[work.len() - region_count..]
         .iter()
-        .map(|i| i.w.clone())
+        .map(|i| i.w.as_ref().clone())
         .collect();
     let mut cohorts = Vec::with_capacity(work.len());
     let mut memory = state::CohortMap::default();
-    memory.reserve(work.len());
+    memory.reserve(moved_cohorts + old.cohorts.len());
+    let mut parents = Vec::with_capacity(work.len() - region_count);
     for item in work {
         if !item.region && item.input.is_none() {
-            let parent_w = item
-                .mem
-                .parent
-                .as_ref()
-                .and_then(&region_of)
-                .map(|r| &region_w[r]);
-            let busy = item.mem.before_failover.is_some() || item.mem.recovering_to.is_some();
+            let parent_w = item.parent.and_then(&region_of).map(|r| &region_w[r]);
+            let busy = item.mem().before_failover.is_some() || item.mem().recovering_to.is_some();
             let pinned = pins.iter().any(|p| *item.networks == [p.network]);
-            if !busy && !pinned && parent_w == Some(&item.w) {
+            if !busy && !pinned && parent_w == Some(item.w.as_ref()) {
                 continue;
             }
         }
         // Finer cohorts keep their parent region, for the rounds their data is missing.
-        if !item.mem.is_idle() || !item.region {
-            memory.insert(item.id.clone(), item.mem);
+        let idle = item.mem().is_idle();
+        if (!idle || !item.region)
+            && let Some(parent) = item.parent
+        {
+            parents.push((item.id.clone(), parent.clone()));
+        }
+        if !idle {
+            memory.insert(
+                item.id.clone(),
+                item.own.map_or_else(|| item.old.clone(), |b| *b),
+            );
         }
         cohorts.push(CohortPlan {
-            cohort: item.id,
-            networks: item.networks.into_owned(),
-            weights: item.w,
+            cohort: item.id.clone(),
+            networks: item.networks.to_vec(),
+            weights: item.w.into_owned(),
         });
     }
     Decision {
@@ -715,6 +873,7 @@ fn steer<'a>(ctx: &Ctx<'_>, inputs: &Inputs<'a>, static_plan: &SteeringPlan) -> 
         state: EngineState {
             cohorts: memory,
             recent,
+            parents,
         },
         mode: Mode::Steering,
         held,
@@ -748,24 +907,31 @@ fn evidence_of(input: Option<&CohortInput>) -> Evidence {
 
 /// Rule 1: moves a down provider's traffic away in the policy's steps.
 fn health(ctx: &Ctx<'_>, item: &mut Work<'_>, journal: &mut Vec<JournalEntry>) {
-    let mem = &mut item.mem;
+    if item.mem().before_failover.is_none() && ctx.down.is_empty() {
+        return;
+    }
     let affected = ctx.down.iter().any(|(d, _)| {
-        item.w.get(d) > 0 || mem.before_failover.as_ref().is_some_and(|b| b.get(d) > 0)
+        item.w.get(d) > 0
+            || item
+                .mem()
+                .before_failover
+                .as_ref()
+                .is_some_and(|b| b.get(d) > 0)
     });
     if !affected {
-        if ctx.down.is_empty()
-            && let Some(before) = mem.before_failover.take()
-        {
-            mem.recovering_to = Some(before);
+        if ctx.down.is_empty() {
+            let mem = item.mem_mut();
+            if let Some(before) = mem.before_failover.take() {
+                mem.recovering_to = Some(before);
+            }
         }
         return;
     }
-    let base = mem
-        .before_failover
-        .get_or_insert_with(|| item.w.clone())
-        .clone();
+    let start = item.w.as_ref().clone();
+    let mem = item.mem_mut();
+    let base = mem.before_failover.get_or_insert(start).clone();
     mem.recovering_to = None;
-    let mut w = item.w.clone();
+    let mut w = item.w.as_ref().clone();
     let mut notes = Vec::new();
     for (d, since) in &ctx.down {
         let frac = ctx.failover_fraction(*since);
@@ -780,12 +946,12 @@ fn health(ctx: &Ctx<'_>, item: &mut Work<'_>, journal: &mut Vec<JournalEntry>) {
             ));
         }
     }
-    if w != item.w {
+    if w != *item.w {
         journal.push(JournalEntry {
             at: ctx.now,
             cohort: item.id.clone(),
             networks: item.networks.to_vec(),
-            before: item.w.clone(),
+            before: item.w.as_ref().clone(),
             after: w.clone(),
             rule: Rule::Failover,
             evidence: Evidence {
@@ -793,7 +959,7 @@ fn health(ctx: &Ctx<'_>, item: &mut Work<'_>, journal: &mut Vec<JournalEntry>) {
                 ..Evidence::default()
             },
         });
-        item.w = w;
+        item.w = Cow::Owned(w);
     }
 }
 
@@ -893,6 +1059,17 @@ fn share_of(w: &Weights, p: &ProviderId) -> u32 {
 /// True when every healthy provider is at or above its floor.
 #[inline]
 fn meets_floors(ctx: &Ctx<'_>, w: &Weights) -> bool {
+    // Usually the weights list exactly the policy's providers, in the same (sorted) order.
+    if w.len() == ctx.floors.len()
+        && w.iter()
+            .zip(&ctx.floors)
+            .all(|((p, _), (q, _))| std::ptr::eq(p.as_str(), q.as_str()))
+    {
+        return w
+            .iter()
+            .zip(&ctx.floors)
+            .all(|((p, bp), (_, floor))| bp >= *floor || ctx.is_down(p));
+    }
     ctx.floors
         .iter()
         .all(|(p, floor)| share_of(w, p) >= *floor || ctx.is_down(p))
@@ -958,14 +1135,14 @@ fn moved_between(a: &Weights, b: &Weights) -> u32 {
 }
 
 /// Rules 3–5: significance, hysteresis and damping.
-fn rum(
+fn rum<'i>(
     ctx: &Ctx<'_>,
     w: &Weights,
-    input: &CohortInput,
+    input: &'i CohortInput,
     last: Option<&LastMove>,
-) -> Option<(Weights, Evidence, f64)> {
+) -> Option<(&'i ProviderId, &'i ProviderId, u32, RumFacts)> {
     let rum = ctx.rum;
-    let mut slots: [(Option<&ProviderId>, f64); 8] = [(None, 0.0); 8];
+    let mut slots: [(Option<&'i ProviderId>, f64); 8] = [(None, 0.0); 8];
     let mut n = 0;
     for e in &input.evidence {
         if n == slots.len() {
@@ -1013,16 +1190,18 @@ fn rum(
             return None;
         }
         let amount = rum.step.bp().min(room);
-        let (target, _) = w.shift(slow, best, amount);
-        let evidence = Evidence {
-            gap_ms: Some(rounded(gap, 1e3)),
-            gap_relative: Some(rounded(relative, 1e6)),
-            required_ms: Some(rounded(need_ms, 1e3)),
-            required_relative: Some(rounded(need_rel, 1e6)),
-            switching_back,
-            ..evidence_of(Some(input))
-        };
-        return Some((target, evidence, relative));
+        return Some((
+            slow,
+            best,
+            amount,
+            RumFacts {
+                gap,
+                relative,
+                need_ms,
+                need_rel,
+                switching_back,
+            },
+        ));
     }
     None
 }

@@ -84,9 +84,6 @@ pub struct CohortMemory {
     /// Where recovery returns the cohort once every provider is up again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovering_to: Option<Weights>,
-    /// The region whose static weights this cohort falls back to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<CohortId>,
 }
 
 impl CohortMemory {
@@ -103,7 +100,7 @@ impl CohortMemory {
         self.recent.retain(|(at, _)| now.since(*at) < HOUR);
     }
 
-    /// True when there is nothing to remember but the parent.
+    /// True when there is nothing to remember.
     pub(crate) fn is_idle(&self) -> bool {
         self.last_move.is_none()
             && !self.remeasure_due
@@ -114,13 +111,20 @@ impl CohortMemory {
 }
 
 /// The engine's whole memory.
+///
+/// Serialised as `{"cohorts": {id: memory}, "recent": [...]}`, a carved-out cohort's memory
+/// carrying its `parent` region.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(from = "StateFile", into = "StateFile")]
 pub struct EngineState {
-    /// Per cohort.
+    /// Per cohort with something to remember (moves, failover, recovery).
     pub cohorts: CohortMap,
     /// Optimizing moves in the last hour, weighted by each cohort's traffic share, in basis
     /// points of all traffic.
     pub recent: VecDeque<(Timestamp, f64)>,
+    /// The region each carved-out cohort falls back to, in plan order (the order the next
+    /// round reads them in).
+    pub(crate) parents: Vec<(CohortId, CohortId)>,
 }
 
 impl EngineState {
@@ -138,6 +142,20 @@ impl EngineState {
             .sum()
     }
 
+    /// The region a carved-out cohort falls back to (its static weights) while its data is
+    /// missing. A scan: for many cohorts, read [`EngineState::parents`].
+    pub fn parent(&self, cohort: &CohortId) -> Option<&CohortId> {
+        self.parents
+            .iter()
+            .find(|(c, _)| c == cohort)
+            .map(|(_, p)| p)
+    }
+
+    /// Every carved-out cohort and its region.
+    pub fn parents(&self) -> impl ExactSizeIterator<Item = (&CohortId, &CohortId)> + '_ {
+        self.parents.iter().map(|(c, p)| (c, p))
+    }
+
     pub(crate) fn prune(&mut self, now: Timestamp) {
         while self
             .recent
@@ -148,7 +166,111 @@ impl EngineState {
         }
         self.cohorts.retain(|_, m| {
             m.prune(now);
-            !m.is_idle() || m.parent.is_some()
+            !m.is_idle()
         });
+    }
+}
+
+/// Reads parents in plan order, falling back to a map when the plan's order changed.
+pub(crate) struct ParentLookup<'a> {
+    list: &'a [(CohortId, CohortId)],
+    next: usize,
+    map: Option<HashMap<&'a CohortId, usize, BuildHasherDefault<IdHasher>>>,
+}
+
+impl<'a> ParentLookup<'a> {
+    pub(crate) fn new(state: &'a EngineState) -> ParentLookup<'a> {
+        ParentLookup {
+            list: &state.parents,
+            next: 0,
+            map: None,
+        }
+    }
+
+    /// The parent of `cohort`; cheapest when asked in the order they were written.
+    pub(crate) fn get(&mut self, cohort: &CohortId) -> Option<&'a CohortId> {
+        let list = self.list;
+        if let Some((c, p)) = list.get(self.next)
+            && (std::ptr::eq(c.as_str(), cohort.as_str()) || c == cohort)
+        {
+            self.next += 1;
+            return Some(p);
+        }
+        if list.is_empty() {
+            return None;
+        }
+        let map = self
+            .map
+            .get_or_insert_with(|| list.iter().enumerate().map(|(i, (c, _))| (c, i)).collect());
+        let at = *map.get(cohort)?;
+        self.next = at + 1;
+        Some(&list[at].1)
+    }
+}
+
+/// A cohort's memory as serialised: with its parent region.
+#[derive(Serialize, Deserialize)]
+struct MemoryFile {
+    #[serde(flatten)]
+    memory: CohortMemory,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parent: Option<CohortId>,
+}
+
+/// The serialised form of [`EngineState`].
+#[derive(Serialize, Deserialize)]
+struct StateFile {
+    #[serde(default)]
+    cohorts: std::collections::BTreeMap<CohortId, MemoryFile>,
+    #[serde(default)]
+    recent: VecDeque<(Timestamp, f64)>,
+}
+
+impl From<EngineState> for StateFile {
+    fn from(state: EngineState) -> StateFile {
+        let mut cohorts: std::collections::BTreeMap<CohortId, MemoryFile> = state
+            .cohorts
+            .into_iter()
+            .map(|(id, memory)| {
+                (
+                    id,
+                    MemoryFile {
+                        memory,
+                        parent: None,
+                    },
+                )
+            })
+            .collect();
+        for (id, parent) in state.parents {
+            cohorts
+                .entry(id)
+                .or_insert_with(|| MemoryFile {
+                    memory: CohortMemory::default(),
+                    parent: None,
+                })
+                .parent = Some(parent);
+        }
+        StateFile {
+            cohorts,
+            recent: state.recent,
+        }
+    }
+}
+
+impl From<StateFile> for EngineState {
+    fn from(file: StateFile) -> EngineState {
+        let mut state = EngineState {
+            recent: file.recent,
+            ..EngineState::default()
+        };
+        for (id, m) in file.cohorts {
+            if let Some(parent) = m.parent {
+                state.parents.push((id.clone(), parent));
+            }
+            if !m.memory.is_idle() {
+                state.cohorts.insert(id, m.memory);
+            }
+        }
+        state
     }
 }

@@ -665,3 +665,53 @@ fn a_carved_out_cohort_without_data_keeps_its_weights_and_falls_back_to_its_regi
         "europe's static weights, not the default's"
     );
 }
+
+#[test]
+fn memory_read_back_from_json_decides_the_same() {
+    // The state's cohorts come back from JSON in id order, not in plan order: the engine must
+    // find every carved-out cohort's region all the same.
+    let mut sim = Sim::new(policy());
+    let mut inputs: Vec<CohortInput> = [9, 3, 7, 1, 5]
+        .iter()
+        .map(|n| {
+            let mut i = input(&format!("as{n}"), &format!("AS{n}"), 0.01, 300.0, 100.0);
+            i.parent = Some(c(if n % 2 == 0 { "default" } else { "europe" }));
+            i
+        })
+        .collect();
+    sim.round(t(0), &inputs);
+    assert_eq!(sim.state.parents().len(), 5);
+    let json = serde_json::to_string(&sim.state).unwrap();
+    assert!(json.contains(r#""as7":{"#), "{json}");
+    let back: EngineState = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.parent(&c("as7")), Some(&c("europe")));
+    assert_eq!(back.cohorts, sim.state.cohorts);
+    // No data for two of them: they keep their weights, and the deadman folds them back into
+    // their own regions.
+    inputs.truncate(3);
+    let mk = |state: &EngineState, plan: &SteeringPlan, at| {
+        decide(
+            at,
+            &Inputs {
+                policy: &sim.policy,
+                current: plan,
+                cohorts: &inputs,
+                health: &sim.health,
+                data_as_of: Some(t(700)),
+                state,
+            },
+        )
+    };
+    for at in [t(700), t(5000)] {
+        let (x, y) = (mk(&back, &sim.plan, at), mk(&sim.state, &sim.plan, at));
+        assert_eq!((x.plan, x.journal, x.mode), (y.plan, y.journal, y.mode));
+    }
+    let deadman = mk(&back, &sim.plan, t(5000));
+    assert_eq!(deadman.mode, Mode::Deadman);
+    let as5 = deadman
+        .journal
+        .iter()
+        .find(|e| e.cohort == c("as5"))
+        .unwrap();
+    assert_eq!(as5.after, fc(9000), "europe's static weights");
+}
