@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::beacon::{ClientNetwork, NavigationBeacon, ProbeBeacon};
 use crate::error::SteeringError;
-use crate::sketch::Sketch;
+use crate::sketch::{self, Accumulator, DenseBins, PackedBins, Sketch};
 
 /// What a cell measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -252,8 +252,9 @@ impl Quality {
     }
 }
 
+/// A bucket as serialised: its number, failures, newest sample and sketch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Bucket {
+struct BucketWire {
     /// Bucket number: time / bucket length.
     index: u32,
     /// Failed fetches.
@@ -263,67 +264,214 @@ struct Bucket {
     sketch: Sketch,
 }
 
-impl Bucket {
-    fn new(index: u32) -> Bucket {
-        Bucket {
-            index,
-            failures: 0,
-            newest: 0,
-            sketch: Sketch::new(),
-        }
-    }
-
-    fn merge(&mut self, o: &Bucket) {
-        self.failures = self.failures.saturating_add(o.failures);
-        self.newest = self.newest.max(o.newest);
-        self.sketch.merge(&o.sketch);
-    }
+/// The bucket being written: its bins one counter each.
+#[derive(Debug, Clone)]
+struct OpenBucket {
+    index: u32,
+    failures: u32,
+    /// The newest sample, milliseconds since the epoch.
+    newest: u64,
+    bins: DenseBins,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// An older bucket: its bins packed.
+#[derive(Debug, Clone)]
+struct ClosedBucket {
+    index: u32,
+    failures: u32,
+    newest: u64,
+    bins: PackedBins,
+}
+
+/// One base cell: its newest bucket open (written to), the older ones closed and packed.
+#[derive(Debug, Clone)]
 struct Cell {
-    /// Sorted by index, oldest first.
-    buckets: Vec<Bucket>,
+    open: OpenBucket,
+    /// Sorted by index, oldest first; all older than `open`.
+    closed: Vec<ClosedBucket>,
 }
 
 impl Cell {
-    /// The bucket for `index`, creating it; `None` when older than the retention.
-    #[inline]
-    fn bucket(&mut self, index: u32, keep: u32) -> Option<&mut Bucket> {
-        match self.buckets.last().map(|b| b.index) {
-            Some(last) if last == index => {}
-            Some(last) if last > index => {
-                // A late sample: an older bucket, if still kept.
-                if index + keep <= last {
-                    return None;
-                }
-                let pos = self.buckets.partition_point(|b| b.index < index);
-                if self.buckets.get(pos).map(|b| b.index) != Some(index) {
-                    self.buckets.insert(pos, Bucket::new(index));
-                }
-                return self.buckets.get_mut(pos);
-            }
-            _ => self.push_new(index, keep),
+    fn new(index: u32) -> Cell {
+        Cell {
+            open: OpenBucket {
+                index,
+                failures: 0,
+                newest: 0,
+                bins: DenseBins::default(),
+            },
+            closed: Vec::new(),
         }
-        self.buckets.last_mut()
     }
 
-    fn push_new(&mut self, index: u32, keep: u32) {
-        if let Some(last) = self.buckets.last_mut() {
-            // The previous bucket is closed: give back its spare capacity.
-            last.sketch.shrink();
+    /// Records a value's bin (`None`: a failure) received at `at` in bucket `index`; `false`
+    /// when that bucket is older than the retention (`keep` buckets back from the newest).
+    #[inline]
+    fn record(&mut self, index: u32, keep: u32, at: u64, bin: Option<u32>) -> bool {
+        if self.open.index != index {
+            return self.record_elsewhere(index, keep, at, bin);
         }
-        let oldest_kept = index.saturating_sub(keep - 1);
-        self.buckets.retain(|b| b.index >= oldest_kept);
-        self.buckets.push(Bucket::new(index));
+        let open = &mut self.open;
+        open.newest = open.newest.max(at);
+        match bin {
+            Some(k) => open.bins.insert(k),
+            None => open.failures = open.failures.saturating_add(1),
+        }
+        true
+    }
+
+    #[cold]
+    fn record_elsewhere(&mut self, index: u32, keep: u32, at: u64, bin: Option<u32>) -> bool {
+        if index > self.open.index {
+            self.open_new(index, Some(keep));
+            return self.record(index, keep, at, bin);
+        }
+        // A late sample: an older bucket, if still kept.
+        if u64::from(index) + u64::from(keep) <= u64::from(self.open.index) {
+            return false;
+        }
+        let b = self.closed_at(index);
+        b.newest = b.newest.max(at);
+        match bin {
+            Some(k) => b.bins.insert_late(k),
+            None => b.failures = b.failures.saturating_add(1),
+        }
+        true
+    }
+
+    /// The closed bucket `index` (older than the open one), created empty when missing.
+    fn closed_at(&mut self, index: u32) -> &mut ClosedBucket {
+        let pos = self.closed.partition_point(|b| b.index < index);
+        if self.closed.get(pos).map(|b| b.index) != Some(index) {
+            self.closed.reserve_exact(1);
+            self.closed.insert(
+                pos,
+                ClosedBucket {
+                    index,
+                    failures: 0,
+                    newest: 0,
+                    bins: PackedBins::default(),
+                },
+            );
+        }
+        &mut self.closed[pos]
+    }
+
+    /// Closes the open bucket (packing its bins) and opens `index`, newer; with `keep`, drops
+    /// the buckets that fall out of the retention.
+    fn open_new(&mut self, index: u32, keep: Option<u32>) {
+        let open = &mut self.open;
+        let closed = ClosedBucket {
+            index: open.index,
+            failures: open.failures,
+            newest: open.newest,
+            bins: PackedBins::from_bins(&open.bins.bins()),
+        };
+        // The counters are reused: the next bucket's values likely span the same bins.
+        open.bins.clear();
+        open.index = index;
+        open.failures = 0;
+        open.newest = 0;
+        if let Some(keep) = keep {
+            let oldest_kept = index.saturating_sub(keep - 1);
+            self.closed.retain(|b| b.index >= oldest_kept);
+            if closed.index < oldest_kept {
+                return;
+            }
+        }
+        self.closed.reserve_exact(1);
+        self.closed.push(closed);
+    }
+
+    /// Adds a bucket's failures, newest sample and `(bin, count)` pairs (sorted by bin).
+    fn merge_bucket(&mut self, index: u32, failures: u32, newest: u64, bins: &[(u32, u64)]) {
+        if index > self.open.index {
+            self.open_new(index, None);
+        }
+        if index == self.open.index {
+            let open = &mut self.open;
+            open.failures = open.failures.saturating_add(failures);
+            open.newest = open.newest.max(newest);
+            for &(k, c) in bins {
+                open.bins.add(k, c);
+            }
+        } else {
+            let mine = self.closed_at(index);
+            mine.failures = mine.failures.saturating_add(failures);
+            mine.newest = mine.newest.max(newest);
+            mine.bins.merge(bins);
+        }
+    }
+
+    /// Adds every bucket of `other` (the same cell of a shard).
+    fn merge(&mut self, other: &Cell) {
+        for b in &other.closed {
+            self.merge_bucket(b.index, b.failures, b.newest, &b.bins.bins());
+        }
+        let o = &other.open;
+        self.merge_bucket(o.index, o.failures, o.newest, &o.bins.bins());
+    }
+
+    /// Every bucket with `first <= index <= last` added up.
+    fn add_window(&self, first: u32, last: u32, acc: &mut Accumulator) -> (u64, u64) {
+        let (mut failures, mut newest) = (0u64, 0u64);
+        for b in self
+            .closed
+            .iter()
+            .filter(|b| b.index >= first && b.index <= last)
+        {
+            b.bins.add_to(acc);
+            failures += u64::from(b.failures);
+            newest = newest.max(b.newest);
+        }
+        let o = &self.open;
+        if o.index >= first && o.index <= last {
+            o.bins.add_to(acc);
+            failures += u64::from(o.failures);
+            newest = newest.max(o.newest);
+        }
+        (failures, newest)
+    }
+
+    /// The buckets as serialised, oldest first.
+    fn to_wire(&self) -> Vec<BucketWire> {
+        let mut out: Vec<BucketWire> = self
+            .closed
+            .iter()
+            .map(|b| BucketWire {
+                index: b.index,
+                failures: b.failures,
+                newest: b.newest,
+                sketch: Sketch::from_bins(&b.bins.bins()),
+            })
+            .collect();
+        out.push(BucketWire {
+            index: self.open.index,
+            failures: self.open.failures,
+            newest: self.open.newest,
+            sketch: Sketch::from_bins(&self.open.bins.bins()),
+        });
+        out
+    }
+
+    /// A cell from serialised buckets; `None` when there are none.
+    fn from_wire(mut buckets: Vec<BucketWire>) -> Option<Cell> {
+        buckets.sort_by_key(|b| b.index);
+        let newest = buckets.last()?.index;
+        let mut cell = Cell::new(newest);
+        for b in &buckets {
+            cell.merge_bucket(b.index, b.failures, b.newest, &b.sketch.to_bins());
+        }
+        Some(cell)
     }
 
     fn heap_bytes(&self) -> usize {
-        self.buckets.capacity() * std::mem::size_of::<Bucket>()
+        self.open.bins.heap_bytes()
+            + self.closed.capacity() * std::mem::size_of::<ClosedBucket>()
             + self
-                .buckets
+                .closed
                 .iter()
-                .map(|b| b.sketch.heap_bytes())
+                .map(|b| b.bins.heap_bytes())
                 .sum::<usize>()
     }
 }
@@ -384,7 +532,13 @@ pub struct Scoreboard {
     quality: Quality,
     bucket_ms: u64,
     keep: u32,
+    /// The packed key and slot of the last cell written (`NO_KEY` when none): consecutive
+    /// samples of one network skip the index.
+    last: (u64, u32),
 }
+
+/// No packed key is this (the ASN and country fields never fill the top bits).
+const NO_KEY: u64 = u64::MAX;
 
 impl Scoreboard {
     /// An empty scoreboard for these providers.
@@ -411,6 +565,7 @@ impl Scoreboard {
             keys: Vec::new(),
             cells: Vec::new(),
             quality: Quality::default(),
+            last: (NO_KEY, 0),
         })
     }
 
@@ -486,36 +641,46 @@ impl Scoreboard {
             asn: s.network.asn,
             country: s.network.country,
         };
-        let slot = match self.index.entry(key.pack()) {
-            Entry::Occupied(o) => *o.get() as usize,
-            Entry::Vacant(v) => {
-                v.insert(self.cells.len() as u32);
-                self.keys.push(key);
-                self.cells.push(Cell::default());
-                self.cells.len() - 1
-            }
-        };
         let at = s.at.as_millis();
         let index = (at / self.bucket_ms) as u32;
-        let Some(bucket) = self.cells[slot].bucket(index, self.keep) else {
+        let packed = key.pack();
+        let slot = if self.last.0 == packed {
+            self.last.1 as usize
+        } else {
+            let slot = self.slot_or_new(key, packed, index);
+            self.last = (packed, slot as u32);
+            slot
+        };
+        let bin = value.map(sketch::bin_of_positive);
+        let Some(cell) = self.cells.get_mut(slot) else {
+            return Recorded::UnknownProvider;
+        };
+        if !cell.record(index, self.keep, at, bin) {
             self.quality.too_old += 1;
             return Recorded::TooOld;
-        };
-        bucket.newest = bucket.newest.max(at);
-        match value {
-            Some(v) => {
-                bucket.sketch.insert(v);
-            }
-            None => {
-                bucket.failures = bucket.failures.saturating_add(1);
-                self.quality.failures += 1;
-            }
         }
         self.quality.stored += 1;
+        if bin.is_none() {
+            self.quality.failures += 1;
+        }
         if outcome == Recorded::Clamped {
             self.quality.clamped += 1;
         }
         outcome
+    }
+
+    /// The slot of the cell with this key, a new cell (open at bucket `index`) when missing.
+    #[inline]
+    fn slot_or_new(&mut self, key: BaseKey, packed: u64, index: u32) -> usize {
+        match self.index.entry(packed) {
+            Entry::Occupied(o) => *o.get() as usize,
+            Entry::Vacant(v) => {
+                v.insert(self.cells.len() as u32);
+                self.keys.push(key);
+                self.cells.push(Cell::new(index));
+                self.cells.len() - 1
+            }
+        }
     }
 
     /// Stores a navigation beacon's TTFB.
@@ -572,18 +737,21 @@ impl Scoreboard {
         let oldest_kept = current.saturating_sub(self.keep - 1);
         let mut i = 0;
         while i < self.cells.len() {
-            self.cells[i].buckets.retain(|b| b.index >= oldest_kept);
-            if self.cells[i].buckets.is_empty() {
+            let cell = &mut self.cells[i];
+            // The open bucket is the newest: when it is out, all are.
+            if cell.open.index >= oldest_kept {
+                cell.closed.retain(|b| b.index >= oldest_kept);
+                i += 1;
+            } else {
                 self.index.remove(&self.keys[i].pack());
                 self.cells.swap_remove(i);
                 self.keys.swap_remove(i);
                 if i < self.cells.len() {
                     self.index.insert(self.keys[i].pack(), i as u32);
                 }
-            } else {
-                i += 1;
             }
         }
+        self.last = (NO_KEY, 0);
     }
 
     /// Adds every sample of `other` (a shard) to this scoreboard. Both must use the same
@@ -617,25 +785,16 @@ impl Scoreboard {
                 provider: map[usize::from(key.provider)],
                 ..*key
             };
-            let slot = match self.index.entry(key.pack()) {
-                Entry::Occupied(o) => *o.get() as usize,
+            match self.index.entry(key.pack()) {
+                Entry::Occupied(o) => self.cells[*o.get() as usize].merge(cell),
                 Entry::Vacant(v) => {
                     v.insert(self.cells.len() as u32);
                     self.keys.push(key);
-                    self.cells.push(Cell::default());
-                    self.cells.len() - 1
-                }
-            };
-            let mine = &mut self.cells[slot].buckets;
-            for b in &cell.buckets {
-                let pos = mine.partition_point(|m| m.index < b.index);
-                if mine.get(pos).map(|m| m.index) == Some(b.index) {
-                    mine[pos].merge(b);
-                } else {
-                    mine.insert(pos, b.clone());
+                    self.cells.push(cell.clone());
                 }
             }
         }
+        self.last = (NO_KEY, 0);
         self.quality.add(&other.quality);
         Ok(())
     }
@@ -648,15 +807,15 @@ impl Scoreboard {
         let mut cuts: HashMap<CutKey, Agg> = HashMap::new();
         let mut base: Vec<(BaseKey, Agg)> = Vec::new();
         let mut asn_countries: HashMap<u32, Vec<(Country, u64)>> = HashMap::new();
+        let mut acc = Accumulator::new();
         for (key, cell) in self.keys.iter().zip(&self.cells) {
-            let mut agg = Agg::default();
-            for b in cell
-                .buckets
-                .iter()
-                .filter(|b| b.index >= first && b.index <= current)
-            {
-                agg.add_bucket(b);
-            }
+            acc.clear();
+            let (failures, newest) = cell.add_window(first, current, &mut acc);
+            let agg = Agg {
+                sketch: acc.to_sketch(),
+                failures,
+                newest,
+            };
             if agg.samples() == 0 {
                 continue;
             }
@@ -719,12 +878,6 @@ struct Agg {
 }
 
 impl Agg {
-    fn add_bucket(&mut self, b: &Bucket) {
-        self.sketch.merge(&b.sketch);
-        self.failures += u64::from(b.failures);
-        self.newest = self.newest.max(b.newest);
-    }
-
     fn merge(&mut self, o: &Agg) {
         self.sketch.merge(&o.sketch);
         self.failures += o.failures;
@@ -983,7 +1136,13 @@ struct ScoreboardWire {
     config: ScoreboardConfig,
     providers: Vec<ProviderId>,
     quality: Quality,
-    cells: Vec<(BaseKey, Cell)>,
+    cells: Vec<(BaseKey, CellWire)>,
+}
+
+/// A cell as serialised: its buckets, oldest first.
+#[derive(Serialize, Deserialize)]
+struct CellWire {
+    buckets: Vec<BucketWire>,
 }
 
 impl Serialize for Scoreboard {
@@ -996,7 +1155,9 @@ impl Serialize for Scoreboard {
                 .keys
                 .iter()
                 .copied()
-                .zip(self.cells.iter().cloned())
+                .zip(self.cells.iter().map(|c| CellWire {
+                    buckets: c.to_wire(),
+                }))
                 .collect(),
         }
         .serialize(s)
@@ -1011,7 +1172,7 @@ impl<'de> Deserialize<'de> for Scoreboard {
         if sb.providers != wire.providers {
             return Err(D::Error::custom("providers must be sorted and unique"));
         }
-        for (key, mut cell) in wire.cells {
+        for (key, cell) in wire.cells {
             if usize::from(key.provider) >= sb.providers.len() {
                 return Err(D::Error::custom(format!(
                     "a cell names provider slot {} of {}",
@@ -1019,7 +1180,10 @@ impl<'de> Deserialize<'de> for Scoreboard {
                     sb.providers.len()
                 )));
             }
-            cell.buckets.sort_by_key(|b| b.index);
+            // A cell without buckets holds nothing.
+            let Some(cell) = Cell::from_wire(cell.buckets) else {
+                continue;
+            };
             if sb.index.insert(key.pack(), sb.cells.len() as u32).is_some() {
                 return Err(D::Error::custom("a cell appears twice"));
             }
@@ -1259,5 +1423,140 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn late_samples_count_in_their_own_bucket_and_leave_with_it() {
+        let mut sb = board();
+        let quarter = 900;
+        // Bucket 0 fills and closes when bucket 1 opens; late samples still reach bucket 0.
+        for i in 0..50 {
+            let s = ttfb(&sb, i, "fastly", net(1, "DE"), 100.0);
+            sb.insert(&s);
+        }
+        for i in 0..50 {
+            let s = ttfb(&sb, quarter + i, "fastly", net(1, "DE"), 200.0);
+            sb.insert(&s);
+        }
+        for i in 0..40 {
+            let s = ttfb(
+                &sb,
+                100 + i,
+                "fastly",
+                net(1, "DE"),
+                100.0 + f64::from(i as u32),
+            );
+            assert_eq!(sb.insert(&s), Recorded::Stored);
+        }
+        let one = |sb: &Scoreboard, now: u64| {
+            sb.snapshot(Timestamp::from_secs(now), Duration::from_secs(quarter))
+                .cell(Metric::Ttfb, NetworkKey::Asn(1), &p("fastly"))
+        };
+        let first = one(&sb, quarter - 1);
+        assert_eq!(first.stats.samples, 90);
+        assert_eq!(first.stats.age, Duration::from_secs(quarter - 1 - 139));
+        assert!((first.stats.p99.unwrap() - 138.0).abs() / 138.0 < 0.01);
+        assert_eq!(one(&sb, quarter + 60).stats.samples, 50);
+        // The whole hour holds both; shards merge the closed bucket's late samples exactly.
+        let hour = |sb: &Scoreboard| {
+            sb.snapshot(
+                Timestamp::from_secs(quarter + 60),
+                Duration::from_secs(3600),
+            )
+            .cell(Metric::Ttfb, NetworkKey::Asn(1), &p("fastly"))
+        };
+        assert_eq!(hour(&sb).stats.samples, 140);
+        let back: Scoreboard = serde_json::from_str(&serde_json::to_string(&sb).unwrap()).unwrap();
+        assert_eq!(hour(&back), hour(&sb));
+        let mut merged = board();
+        merged.merge(&sb).unwrap();
+        merged.merge(&back).unwrap();
+        assert_eq!(hour(&merged).stats.samples, 280);
+        assert_eq!(hour(&merged).stats.p50, hour(&sb).stats.p50);
+        // Four buckets on, bucket 0 is out of the retention: a late sample for it is too old.
+        let s = ttfb(&sb, 4 * quarter, "fastly", net(1, "DE"), 50.0);
+        sb.insert(&s);
+        let s = ttfb(&sb, 10, "fastly", net(1, "DE"), 50.0);
+        assert_eq!(sb.insert(&s), Recorded::TooOld);
+        // Bucket 0 (with its late samples) went when bucket 4 opened; bucket 1 stays.
+        assert_eq!(hour(&sb).stats.samples, 50);
+    }
+
+    fn plausible() -> impl proptest::strategy::Strategy<Value = f64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            0.001f64..5.0,
+            1.0f64..60_000.0,
+            (0.0f64..11.0).prop_map(f64::exp),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// Samples arrive in any order over five quarter-hours (late ones included); every
+        /// window's percentiles are within 1% of the exact ones over the samples it holds, and
+        /// serialising or merging shards reads the same.
+        #[test]
+        fn every_window_reads_within_one_percent_of_its_exact_percentiles(
+            samples in proptest::collection::vec((0u64..4_500, plausible()), 1..300),
+            span in 1u64..=4,
+        ) {
+            let quarter = 900u64;
+            let base = 1_800_000_000u64;
+            let mut sb = board();
+            let (mut even, mut odd) = (board(), board());
+            // The model: what each stored sample's bucket is, dropping what the retention drops.
+            let mut stored: Vec<(u64, f64)> = Vec::new();
+            let mut newest: Option<u64> = None;
+            for (n, (t, v)) in samples.iter().enumerate() {
+                let s = ttfb(&sb, base + t, "fastly", net(1, "DE"), *v);
+                let index = (base + t) / quarter;
+                let too_old = newest.is_some_and(|top| index + 4 <= top);
+                let got = sb.insert(&s);
+                proptest::prop_assert_eq!(got == Recorded::TooOld, too_old);
+                if n % 2 == 0 { even.insert(&s); } else { odd.insert(&s); }
+                if too_old {
+                    continue;
+                }
+                if newest.is_none_or(|top| index > top) {
+                    newest = Some(index);
+                    stored.retain(|(i, _)| i + 4 > index);
+                }
+                stored.push((index, *v));
+            }
+            let now = base + 4_500;
+            let current = now / quarter;
+            let window = Duration::from_secs(span * quarter);
+            let mut exact: Vec<f64> = stored
+                .iter()
+                .filter(|(i, _)| *i + span > current)
+                .map(|(_, v)| *v)
+                .collect();
+            exact.sort_by(f64::total_cmp);
+            let view = |sb: &Scoreboard| {
+                sb.snapshot(Timestamp::from_secs(now), window)
+                    .cell(Metric::Ttfb, NetworkKey::Asn(1), &p("fastly"))
+            };
+            let got = view(&sb);
+            proptest::prop_assert_eq!(got.stats.samples, exact.len() as u64);
+            if !exact.is_empty() {
+                let s = &got.stats;
+                for (q, estimate) in [(0.5, s.p50), (0.75, s.p75), (0.9, s.p90), (0.99, s.p99)] {
+                    let truth = exact[(q * (exact.len() - 1) as f64).floor() as usize];
+                    let estimate = estimate.unwrap();
+                    let ok = if truth <= crate::sketch::MIN_VALUE {
+                        estimate <= crate::sketch::MIN_VALUE * 1.0001
+                    } else {
+                        (estimate - truth).abs() / truth <= 0.01
+                    };
+                    proptest::prop_assert!(ok, "p{} estimate {} exact {}", q * 100.0, estimate, truth);
+                }
+            }
+            let back: Scoreboard = serde_json::from_str(&serde_json::to_string(&sb).unwrap()).unwrap();
+            proptest::prop_assert_eq!(view(&back), got.clone());
+            even.merge(&odd).unwrap();
+            proptest::prop_assert_eq!(view(&even), got);
+        }
     }
 }

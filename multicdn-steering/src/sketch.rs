@@ -54,25 +54,34 @@ pub fn relative_accuracy() -> f64 {
     (g - 1.0) / (g + 1.0) + 1.0 / f64::from(1u32 << TABLE_BITS)
 }
 
-/// `floor(40·log2(1 + i/4096))` for each mantissa cell `i`.
-fn mantissa_table() -> &'static [u8; 1 << TABLE_BITS] {
-    static TABLE: std::sync::OnceLock<[u8; 1 << TABLE_BITS]> = std::sync::OnceLock::new();
-    TABLE.get_or_init(|| {
-        let mut t = [0u8; 1 << TABLE_BITS];
-        for (i, slot) in t.iter_mut().enumerate() {
-            let f = 1.0 + i as f64 / f64::from(1u32 << TABLE_BITS);
-            *slot = (f64::from(BINS_PER_OCTAVE) * f.log2())
-                .floor()
-                .min(f64::from(BINS_PER_OCTAVE - 1)) as u8;
+/// `ceil(4096·2^(j/40)) − 4096` for `j = 1..40`: the first mantissa cell of each bin of an
+/// octave after the first (checked against `log2` in the tests).
+const BIN_STARTS: [u16; BINS_PER_OCTAVE as usize - 1] = [
+    72, 145, 219, 294, 371, 449, 529, 610, 692, 775, 861, 947, 1035, 1125, 1216, 1309, 1404, 1500,
+    1598, 1697, 1798, 1901, 2006, 2113, 2221, 2332, 2444, 2558, 2675, 2793, 2914, 3036, 3161, 3288,
+    3417, 3548, 3682, 3817, 3956,
+];
+
+/// `floor(40·log2(1 + i/4096))` for each mantissa cell `i`, built at compile time.
+static MANTISSA: [u8; 1 << TABLE_BITS] = mantissa_table();
+
+const fn mantissa_table() -> [u8; 1 << TABLE_BITS] {
+    let mut t = [0u8; 1 << TABLE_BITS];
+    let (mut i, mut j) = (0usize, 0usize);
+    while i < t.len() {
+        while j < BIN_STARTS.len() && i >= BIN_STARTS[j] as usize {
+            j += 1;
         }
-        t
-    })
+        t[i] = j as u8;
+        i += 1;
+    }
+    t
 }
 
 /// The bin of a value (finite, non-negative): 0 for values at or under [`MIN_VALUE`], else
 /// `1 + 40·exponent + table[mantissa]` of `value / MIN_VALUE`.
 #[inline]
-fn key_of(v: f64, table: &[u8; 1 << TABLE_BITS]) -> u32 {
+fn key_of(v: f64) -> u32 {
     let x = v * (1.0 / MIN_VALUE);
     if x <= 1.0 {
         return 0;
@@ -80,7 +89,7 @@ fn key_of(v: f64, table: &[u8; 1 << TABLE_BITS]) -> u32 {
     let bits = x.to_bits();
     let exponent = ((bits >> 52) & 0x7ff) as i64 - 1023;
     let cell = ((bits >> (52 - TABLE_BITS)) & ((1 << TABLE_BITS) - 1)) as usize;
-    let k = 1 + exponent * i64::from(BINS_PER_OCTAVE) + i64::from(table[cell]);
+    let k = 1 + exponent * i64::from(BINS_PER_OCTAVE) + i64::from(MANTISSA[cell]);
     k.clamp(1, i64::from(MAX_KEY)) as u32
 }
 
@@ -129,7 +138,7 @@ impl Sketch {
         if !value.is_finite() || value < 0.0 {
             return false;
         }
-        self.insert_key(key_of(value, mantissa_table()));
+        self.insert_key(key_of(value));
         true
     }
 
@@ -372,7 +381,7 @@ impl Accumulator {
         }
     }
 
-    fn add_bin(&mut self, k: u32, c: u64) {
+    pub(crate) fn add_bin(&mut self, k: u32, c: u64) {
         let k = k as usize;
         self.counts[k] += c;
         self.count += c;
@@ -422,6 +431,15 @@ impl Accumulator {
         out
     }
 
+    /// The non-empty bins as `(bin, count)`, lowest first.
+    #[cfg(test)]
+    fn nonzero_bins(&self) -> Vec<(u32, u64)> {
+        (self.low..self.high)
+            .filter(|k| self.counts[*k] > 0)
+            .map(|k| (k as u32, self.counts[k]))
+            .collect()
+    }
+
     /// The sum as a compact sketch.
     pub fn to_sketch(&self) -> Sketch {
         let mut entries = Vec::new();
@@ -448,6 +466,716 @@ impl Accumulator {
         self.low = BINS;
         self.high = 0;
     }
+}
+
+/// The bin of a value the caller has checked is finite and positive.
+#[inline]
+pub(crate) fn bin_of_positive(value: f64) -> u32 {
+    key_of(value)
+}
+
+impl Sketch {
+    /// A sketch from `(bin, count)` pairs sorted by bin, each bin once.
+    pub(crate) fn from_bins(bins: &[(u32, u64)]) -> Sketch {
+        let mut entries = Vec::with_capacity(bins.len());
+        let mut total = 0u64;
+        for &(k, mut c) in bins {
+            total += c;
+            while c > 0 {
+                let part = c.min(u64::from(MAX_COUNT));
+                entries.push(entry(k, part as u32));
+                c -= part;
+            }
+        }
+        Sketch {
+            entries,
+            count: total,
+        }
+    }
+
+    /// The `(bin, count)` pairs, sorted by bin, each bin once.
+    pub(crate) fn to_bins(&self) -> Vec<(u32, u64)> {
+        let mut out: Vec<(u32, u64)> = Vec::with_capacity(self.entries.len());
+        for e in &self.entries {
+            match out.last_mut() {
+                Some(last) if last.0 == key(*e) => last.1 += u64::from(count(*e)),
+                _ => out.push((key(*e), u64::from(count(*e)))),
+            }
+        }
+        out
+    }
+}
+
+/// Bits of a carry entry that count 256s; the bits above are the counter's position.
+const CARRY_BITS: u32 = 21;
+const MAX_CARRIES: u64 = (1 << CARRY_BITS) - 1;
+
+/// The counters of [`DenseBins`], in the cheapest of four forms that holds them.
+#[derive(Clone)]
+enum Counters {
+    /// A byte a bin; a bin past 255 keeps its 256s in `carries` (`position << 21 | 256s`,
+    /// sorted by position).
+    Bytes {
+        counts: Vec<u8>,
+        carries: Vec<u32>,
+    },
+    Narrow(Vec<u16>),
+    Wide(Vec<u32>),
+    Huge(Vec<u64>),
+}
+
+impl Counters {
+    fn len(&self) -> usize {
+        match self {
+            Counters::Bytes { counts, .. } => counts.len(),
+            Counters::Narrow(v) => v.len(),
+            Counters::Wide(v) => v.len(),
+            Counters::Huge(v) => v.len(),
+        }
+    }
+
+    /// Every counter as a number.
+    fn values(&self) -> Vec<u64> {
+        match self {
+            Counters::Bytes { counts, carries } => {
+                let mut out: Vec<u64> = counts.iter().map(|c| u64::from(*c)).collect();
+                for e in carries {
+                    if let Some(v) = out.get_mut((e >> CARRY_BITS) as usize) {
+                        *v += u64::from(e & MAX_CARRIES as u32) << 8;
+                    }
+                }
+                out
+            }
+            Counters::Narrow(v) => v.iter().map(|c| u64::from(*c)).collect(),
+            Counters::Wide(v) => v.iter().map(|c| u64::from(*c)).collect(),
+            Counters::Huge(v) => v.clone(),
+        }
+    }
+
+    /// The cheapest form holding `values`.
+    fn from_values(values: &[u64]) -> Counters {
+        let len = values.len();
+        let max = values.iter().copied().max().unwrap_or(0);
+        let over = values.iter().filter(|v| **v > 255).count();
+        let bytes = if max >> 8 <= MAX_CARRIES {
+            len + 4 * over
+        } else {
+            usize::MAX
+        };
+        let narrow = if max <= u64::from(u16::MAX) {
+            2 * len
+        } else {
+            usize::MAX
+        };
+        let wide = if max <= u64::from(u32::MAX) {
+            4 * len
+        } else {
+            usize::MAX
+        };
+        if bytes <= narrow && bytes <= wide && bytes < usize::MAX {
+            let mut carries = Vec::with_capacity(over);
+            for (i, v) in values.iter().enumerate() {
+                if *v > 255 {
+                    carries.push(((i as u32) << CARRY_BITS) | (v >> 8) as u32);
+                }
+            }
+            Counters::Bytes {
+                counts: values.iter().map(|v| *v as u8).collect(),
+                carries,
+            }
+        } else if narrow <= wide && narrow < usize::MAX {
+            Counters::Narrow(values.iter().map(|v| *v as u16).collect())
+        } else if wide < usize::MAX {
+            Counters::Wide(values.iter().map(|v| *v as u32).collect())
+        } else {
+            Counters::Huge(values.to_vec())
+        }
+    }
+
+    /// Adds `n` to counter `i` if its form can hold the sum without changing.
+    fn try_add(&mut self, i: usize, n: u64) -> bool {
+        match self {
+            Counters::Bytes { counts, carries } => {
+                let len = counts.len();
+                let Some(c) = counts.get_mut(i) else {
+                    return false;
+                };
+                let sum = u64::from(*c) + n;
+                let high = sum >> 8;
+                if high > 0 {
+                    let pos = carries.partition_point(|e| ((e >> CARRY_BITS) as usize) < i);
+                    match carries.get_mut(pos) {
+                        Some(e) if (*e >> CARRY_BITS) as usize == i => {
+                            let total = u64::from(*e & MAX_CARRIES as u32) + high;
+                            if total > MAX_CARRIES {
+                                return false;
+                            }
+                            *e = ((i as u32) << CARRY_BITS) | total as u32;
+                        }
+                        _ => {
+                            // A u16 counter a bin would cost less than this many carries.
+                            if high > MAX_CARRIES || 4 * (carries.len() + 1) > len {
+                                return false;
+                            }
+                            carries.reserve_exact(1);
+                            carries.insert(pos, ((i as u32) << CARRY_BITS) | high as u32);
+                        }
+                    }
+                }
+                *c = sum as u8;
+                true
+            }
+            Counters::Narrow(v) => match v.get_mut(i) {
+                Some(c) => match u16::try_from(u64::from(*c) + n) {
+                    Ok(sum) => {
+                        *c = sum;
+                        true
+                    }
+                    Err(_) => false,
+                },
+                None => false,
+            },
+            Counters::Wide(v) => match v.get_mut(i) {
+                Some(c) => match u32::try_from(u64::from(*c) + n) {
+                    Ok(sum) => {
+                        *c = sum;
+                        true
+                    }
+                    Err(_) => false,
+                },
+                None => false,
+            },
+            Counters::Huge(v) => match v.get_mut(i) {
+                Some(c) => {
+                    *c = c.saturating_add(n);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Counters::Bytes { counts, carries } => counts.capacity() + 4 * carries.capacity(),
+            Counters::Narrow(v) => v.capacity() * 2,
+            Counters::Wide(v) => v.capacity() * 4,
+            Counters::Huge(v) => v.capacity() * 8,
+        }
+    }
+}
+
+/// The bins of a bucket still being written: one counter per bin over the range of bins its
+/// values have reached (widened by an eighth of its length, at least four bins, whenever a
+/// value falls outside), so adding a value is one indexed increment. A counter is a byte, the
+/// rare bin past 255 keeping its 256s in a short side list; when that list would cost more
+/// than wider counters, all counters become 16 bits (then 32, then 64).
+#[derive(Clone)]
+pub(crate) struct DenseBins {
+    /// The bin of the first counter.
+    lo: u32,
+    counters: Counters,
+}
+
+impl Default for DenseBins {
+    fn default() -> Self {
+        DenseBins {
+            lo: 0,
+            counters: Counters::Bytes {
+                counts: Vec::new(),
+                carries: Vec::new(),
+            },
+        }
+    }
+}
+
+impl fmt::Debug for DenseBins {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DenseBins")
+            .field("lo", &self.lo)
+            .field("len", &self.counters.len())
+            .field("count", &self.count())
+            .finish()
+    }
+}
+
+impl DenseBins {
+    /// Adds one value in bin `k`.
+    #[inline]
+    pub(crate) fn insert(&mut self, k: u32) {
+        let i = k.wrapping_sub(self.lo) as usize;
+        match &mut self.counters {
+            Counters::Bytes { counts, .. } => {
+                if let Some(c) = counts.get_mut(i)
+                    && *c < u8::MAX
+                {
+                    *c += 1;
+                    return;
+                }
+            }
+            Counters::Narrow(v) => {
+                if let Some(c) = v.get_mut(i)
+                    && *c < u16::MAX
+                {
+                    *c += 1;
+                    return;
+                }
+            }
+            _ => {}
+        }
+        self.add(k, 1);
+    }
+
+    /// Adds `n` values in bin `k` (any bin below [`BINS`], any count: widens the range or
+    /// the counters as needed).
+    #[cold]
+    pub(crate) fn add(&mut self, k: u32, n: u64) {
+        if n == 0 || k as usize >= BINS {
+            return;
+        }
+        self.cover(k);
+        let i = (k - self.lo) as usize;
+        if !self.counters.try_add(i, n) {
+            let mut values = self.counters.values();
+            if let Some(v) = values.get_mut(i) {
+                *v = v.saturating_add(n);
+            }
+            self.counters = Counters::from_values(&values);
+        }
+    }
+
+    /// Widens the range to hold bin `k`.
+    fn cover(&mut self, k: u32) {
+        let len = self.counters.len() as u32;
+        let hi = self.lo + len;
+        if k >= self.lo && k < hi {
+            return;
+        }
+        let slack = (len / 8).max(4);
+        let (lo, hi) = if len == 0 {
+            (k.saturating_sub(slack / 2), k + 1 + slack / 2)
+        } else if k < self.lo {
+            (k.saturating_sub(slack), hi)
+        } else {
+            (self.lo, k + 1 + slack)
+        };
+        let hi = hi.min(BINS as u32);
+        let mut values = vec![0u64; (hi - lo) as usize];
+        let shift = (self.lo.max(lo) - lo) as usize;
+        let old = self.counters.values();
+        if let Some(dst) = values.get_mut(shift..shift + old.len()) {
+            dst.copy_from_slice(&old);
+        }
+        self.counters = Counters::from_values(&values);
+        self.lo = lo;
+    }
+
+    /// Calls `f(bin, count)` for every non-empty bin, lowest first.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u32, u64)) {
+        fn each<T: Copy + Into<u64>>(lo: u32, v: &[T], f: &mut impl FnMut(u32, u64)) {
+            for (i, c) in v.iter().enumerate() {
+                let c: u64 = (*c).into();
+                if c > 0 {
+                    f(lo + i as u32, c);
+                }
+            }
+        }
+        match &self.counters {
+            Counters::Bytes { counts, carries } => {
+                let mut next = carries.iter().peekable();
+                for (i, c) in counts.iter().enumerate() {
+                    let mut c = u64::from(*c);
+                    if let Some(e) = next.next_if(|e| (*e >> CARRY_BITS) as usize == i) {
+                        c += u64::from(e & MAX_CARRIES as u32) << 8;
+                    }
+                    if c > 0 {
+                        f(self.lo + i as u32, c);
+                    }
+                }
+            }
+            Counters::Narrow(v) => each(self.lo, v, &mut f),
+            Counters::Wide(v) => each(self.lo, v, &mut f),
+            Counters::Huge(v) => each(self.lo, v, &mut f),
+        }
+    }
+
+    /// The non-empty bins as `(bin, count)`, lowest first.
+    pub(crate) fn bins(&self) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        self.for_each(|k, c| out.push((k, c)));
+        out
+    }
+
+    /// How many values it holds.
+    pub(crate) fn count(&self) -> u64 {
+        let mut n = 0;
+        self.for_each(|_, c| n += c);
+        n
+    }
+
+    /// Adds every value to an accumulator.
+    pub(crate) fn add_to(&self, acc: &mut Accumulator) {
+        self.for_each(|k, c| acc.add_bin(k, c));
+    }
+
+    /// Empties it for the next bucket, keeping its range (the next bucket's values likely
+    /// span the same bins) with byte counters.
+    pub(crate) fn clear(&mut self) {
+        match &mut self.counters {
+            Counters::Bytes { counts, carries } => {
+                counts.fill(0);
+                carries.clear();
+            }
+            other => {
+                *other = Counters::Bytes {
+                    counts: vec![0; other.len()],
+                    carries: Vec::new(),
+                };
+            }
+        }
+    }
+
+    /// Bytes held on the heap.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.counters.heap_bytes()
+    }
+}
+
+/// Samples added to a packed bucket after it closed wait as raw bin numbers (two bytes each)
+/// until this many, then are folded into the packed counts.
+const LATE_LIMIT: u8 = 16;
+/// A quotient this long (in unary) is followed by the raw 64-bit value instead.
+const ESCAPE: u32 = 24;
+
+/// The bins of a closed bucket, packed: the range of bins from the lowest non-empty one to the
+/// highest, then each bin's count as its difference from the previous bin's (zigzag), in a
+/// Rice code whose parameter follows the recent differences. Neighbouring bins of a latency
+/// distribution hold similar counts, so a busy bucket costs a few bits a bin and a thin one
+/// about one bit an empty bin. Reading decodes it; it is written once, when its bucket closes.
+#[derive(Clone, Default)]
+pub(crate) struct PackedBins {
+    /// Empty when it holds nothing; else the packed counts, the bins of late samples (two
+    /// bytes each), and a last byte saying how many late samples there are.
+    data: Box<[u8]>,
+}
+
+impl fmt::Debug for PackedBins {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PackedBins")
+            .field("bytes", &self.data.len())
+            .field("late", &self.late())
+            .finish()
+    }
+}
+
+struct BitWriter {
+    out: Vec<u8>,
+    acc: u64,
+    bits: u32,
+}
+
+impl BitWriter {
+    /// Writes the low `n` bits of `v` (`n` at most 56).
+    fn put(&mut self, v: u64, n: u32) {
+        let v = if n == 0 {
+            0
+        } else {
+            v & (u64::MAX >> (64 - n))
+        };
+        self.acc |= v << self.bits;
+        self.bits += n;
+        while self.bits >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.bits -= 8;
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.bits > 0 {
+            self.out.push(self.acc as u8);
+        }
+        self.out
+    }
+}
+
+struct BitReader<'a> {
+    data: &'a [u8],
+    pos: usize,
+    acc: u64,
+    bits: u32,
+}
+
+impl BitReader<'_> {
+    /// Tops the buffer up to at least 57 bits (zeros past the end).
+    fn refill(&mut self) {
+        while self.bits <= 56 {
+            let b = self.data.get(self.pos).copied().unwrap_or(0);
+            self.pos += 1;
+            self.acc |= u64::from(b) << self.bits;
+            self.bits += 8;
+        }
+    }
+
+    /// Reads `n` bits (`n` at most 56).
+    fn get(&mut self, n: u32) -> u64 {
+        self.refill();
+        let v = if n == 0 {
+            0
+        } else {
+            self.acc & (u64::MAX >> (64 - n))
+        };
+        self.acc = self.acc.checked_shr(n).unwrap_or(0);
+        self.bits -= n;
+        v
+    }
+
+    /// Reads ones up to a zero (consumed) or up to `ESCAPE` ones.
+    fn unary(&mut self) -> u32 {
+        self.refill();
+        let ones = (!self.acc).trailing_zeros().min(ESCAPE);
+        let used = if ones == ESCAPE { ESCAPE } else { ones + 1 };
+        self.acc >>= used;
+        self.bits -= used;
+        ones
+    }
+}
+
+/// The adaptive Rice parameter: the running mean of recent values, as a power of two.
+#[derive(Clone, Copy)]
+struct RiceState {
+    sum: u64,
+    n: u64,
+}
+
+impl RiceState {
+    fn new() -> RiceState {
+        RiceState { sum: 2, n: 1 }
+    }
+
+    fn k(self) -> u32 {
+        let mut k = 0;
+        while k < 48 && (self.n << k) < self.sum {
+            k += 1;
+        }
+        k
+    }
+
+    fn update(&mut self, z: u64) {
+        self.sum = self.sum.saturating_add(z);
+        self.n += 1;
+        if self.n >= 16 {
+            self.sum >>= 1;
+            self.n >>= 1;
+        }
+    }
+}
+
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+/// What a bin's count is written as: 0 for an empty bin, else one more than the zigzagged
+/// difference from the last non-empty bin's count (wrapping to 0 only for a difference of
+/// 2^63, which is then written raw).
+fn symbol(c: u64, prev: u64) -> u64 {
+    if c == 0 {
+        0
+    } else {
+        zigzag(c.wrapping_sub(prev) as i64).wrapping_add(1)
+    }
+}
+
+fn unzigzag(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+/// Bits for the lowest bin and for the range's length.
+const LO_BITS: u32 = KEY_BITS;
+const LEN_BITS: u32 = KEY_BITS + 1;
+
+impl PackedBins {
+    /// Packs `(bin, count)` pairs sorted by bin, each bin once (empty counts allowed).
+    pub(crate) fn from_bins(bins: &[(u32, u64)]) -> PackedBins {
+        let mut nonzero = bins.iter().filter(|(_, c)| *c > 0);
+        let (Some(first), Some(last)) = (nonzero.next(), bins.iter().rev().find(|(_, c)| *c > 0))
+        else {
+            return PackedBins::default();
+        };
+        let (lo, hi) = (first.0, last.0 + 1);
+        let mut w = BitWriter {
+            out: Vec::with_capacity(bins.len() + 4),
+            acc: 0,
+            bits: 0,
+        };
+        w.put(u64::from(lo), LO_BITS);
+        w.put(u64::from(hi - lo), LEN_BITS);
+        let mut state = RiceState::new();
+        let mut prev = 0u64;
+        let mut next = bins.iter().filter(|(k, _)| *k >= lo).peekable();
+        for k in lo..hi {
+            let c = match next.peek() {
+                Some(&&(bk, bc)) if bk == k => {
+                    next.next();
+                    bc
+                }
+                _ => 0,
+            };
+            let z = symbol(c, prev);
+            let kk = state.k();
+            match z.checked_shr(kk) {
+                // (A non-empty bin whose symbol wrapped to 0 goes raw too.)
+                Some(q) if q < u64::from(ESCAPE) && (z != 0 || c == 0) => {
+                    w.put((1u64 << q) - 1, q as u32 + 1);
+                    w.put(z, kk);
+                }
+                _ => {
+                    // The count itself, raw.
+                    w.put((1u64 << ESCAPE) - 1, ESCAPE);
+                    w.put(c, 32);
+                    w.put(c >> 32, 32);
+                }
+            }
+            if c > 0 {
+                prev = c;
+            }
+            state.update(z);
+        }
+        let mut data = w.finish();
+        // No late samples yet.
+        data.push(0);
+        PackedBins {
+            data: data.into_boxed_slice(),
+        }
+    }
+
+    /// Calls `f(bin, count)` for every non-empty packed bin, lowest first, then once for each
+    /// late sample (not in order).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u32, u64)) {
+        self.for_each_packed(&mut f);
+        for k in self.late_bins() {
+            f(k, 1);
+        }
+    }
+
+    /// How many late samples wait unpacked.
+    fn late(&self) -> u8 {
+        self.data.last().copied().unwrap_or(0)
+    }
+
+    /// The packed counts and the late samples' bins.
+    fn split(&self) -> (&[u8], &[u8]) {
+        let body = self.data.split_last().map_or(&[][..], |(_, body)| body);
+        body.split_at(body.len().saturating_sub(2 * usize::from(self.late())))
+    }
+
+    fn late_bins(&self) -> impl Iterator<Item = u32> + '_ {
+        self.split()
+            .1
+            .chunks_exact(2)
+            .map(|p| u32::from(u16::from_le_bytes([p[0], p[1]])))
+    }
+
+    fn for_each_packed(&self, f: &mut impl FnMut(u32, u64)) {
+        let packed = self.split().0;
+        if packed.is_empty() {
+            return;
+        }
+        let mut r = BitReader {
+            data: packed,
+            pos: 0,
+            acc: 0,
+            bits: 0,
+        };
+        let lo = r.get(LO_BITS) as u32;
+        let len = r.get(LEN_BITS) as u32;
+        let mut state = RiceState::new();
+        let mut prev = 0u64;
+        for k in lo..lo + len {
+            let kk = state.k();
+            let q = r.unary();
+            let (c, z) = if q == ESCAPE {
+                let c = r.get(32) | (r.get(32) << 32);
+                (c, symbol(c, prev))
+            } else {
+                let z = (u64::from(q) << kk) | r.get(kk);
+                let c = match z {
+                    0 => 0,
+                    z => prev.wrapping_add(unzigzag(z - 1) as u64),
+                };
+                (c, z)
+            };
+            state.update(z);
+            if c > 0 {
+                prev = c;
+                f(k, c);
+            }
+        }
+    }
+
+    /// The non-empty bins as `(bin, count)`, sorted by bin, each bin once.
+    pub(crate) fn bins(&self) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        self.for_each_packed(&mut |k, c| out.push((k, c)));
+        if self.late() == 0 {
+            return out;
+        }
+        let mut late: Vec<(u32, u64)> = self.late_bins().map(|k| (k, 1)).collect();
+        late.sort_unstable();
+        merge_bins(&out, &late)
+    }
+
+    /// Adds one value in bin `k` to a closed bucket.
+    pub(crate) fn insert_late(&mut self, k: u32) {
+        let late = self.late();
+        if late < LATE_LIMIT {
+            let mut v = std::mem::take(&mut self.data).into_vec();
+            v.pop();
+            v.extend_from_slice(&(k as u16).to_le_bytes());
+            v.push(late + 1);
+            self.data = v.into_boxed_slice();
+        } else {
+            let merged = merge_bins(&self.bins(), &[(k, 1)]);
+            *self = PackedBins::from_bins(&merged);
+        }
+    }
+
+    /// Adds every bin of `other` (`(bin, count)` sorted by bin).
+    pub(crate) fn merge(&mut self, other: &[(u32, u64)]) {
+        let merged = merge_bins(&self.bins(), other);
+        *self = PackedBins::from_bins(&merged);
+    }
+
+    /// Adds every value to an accumulator.
+    pub(crate) fn add_to(&self, acc: &mut Accumulator) {
+        self.for_each(|k, c| acc.add_bin(k, c));
+    }
+
+    /// Bytes held on the heap.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Two sorted `(bin, count)` lists added into one.
+pub(crate) fn merge_bins(a: &[(u32, u64)], b: &[(u32, u64)]) -> Vec<(u32, u64)> {
+    let mut out: Vec<(u32, u64)> = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let take_a = j >= b.len() || (i < a.len() && a[i].0 <= b[j].0);
+        let (k, c) = if take_a {
+            i += 1;
+            a[i - 1]
+        } else {
+            j += 1;
+            b[j - 1]
+        };
+        match out.last_mut() {
+            Some(last) if last.0 == k => last.1 += c,
+            _ => out.push((k, c)),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -487,7 +1215,7 @@ mod tests {
     #[test]
     fn a_bin_past_its_count_limit_continues_in_a_second_entry() {
         let mut s = Sketch::new();
-        let k = key_of(100.0, mantissa_table());
+        let k = key_of(100.0);
         s.entries.push(entry(k, MAX_COUNT));
         s.count = u64::from(MAX_COUNT);
         s.insert(100.0);
@@ -533,6 +1261,145 @@ mod tests {
         assert!(s.heap_bytes() < 2048, "{} bytes", s.heap_bytes());
     }
 
+    #[test]
+    fn the_bin_table_is_forty_times_log2_of_the_mantissa() {
+        for (i, got) in MANTISSA.iter().enumerate() {
+            let f = 1.0 + i as f64 / f64::from(1u32 << TABLE_BITS);
+            let want = (f64::from(BINS_PER_OCTAVE) * f.log2()).floor() as u8;
+            assert_eq!(*got, want, "cell {i}");
+        }
+    }
+
+    /// `n` log-normal values around 120 ms, rounded to whole milliseconds as browsers report.
+    fn lognormal_bins(n: usize, sigma: f64, seed: u64) -> Vec<(u32, u64)> {
+        let mut x = seed;
+        let mut unit = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        let mut acc = Accumulator::new();
+        for _ in 0..n {
+            let z = (-2.0 * unit().ln()).sqrt() * (2.0 * std::f64::consts::PI * unit()).cos();
+            acc.add_bin(key_of((120.0 * (sigma * z).exp()).round().max(1.0)), 1);
+        }
+        acc.nonzero_bins()
+    }
+
+    #[test]
+    fn a_busy_closed_bucket_packs_to_a_few_bits_a_bin() {
+        // 25,000 samples (a quarter hour of a busy network) spread over about 330 bins.
+        let bins = lognormal_bins(25_000, 0.6, 3);
+        let packed = PackedBins::from_bins(&bins);
+        assert_eq!(packed.bins(), bins);
+        let span = (bins[bins.len() - 1].0 - bins[0].0 + 1) as usize;
+        let bits_a_bin = packed.heap_bytes() as f64 * 8.0 / span as f64;
+        assert!(
+            bits_a_bin < 6.5,
+            "{bits_a_bin:.1} bits a bin over {span} bins"
+        );
+        // A [`Sketch`] holds four bytes a non-empty bin: packed, it is under a third of that.
+        assert!(
+            packed.heap_bytes() * 3 < bins.len() * 4,
+            "{} bytes for {} bins",
+            packed.heap_bytes(),
+            bins.len()
+        );
+    }
+
+    #[test]
+    fn counts_of_any_size_pack_exactly() {
+        for bins in [
+            vec![(5, 1), (6, 1 << 63), (7, 1), (9, u64::MAX / 2)],
+            vec![(0, u64::MAX), (1, 1), (2047, u64::MAX - 1)],
+            vec![(100, (1 << 63) + 1), (101, 1)],
+        ] {
+            assert_eq!(PackedBins::from_bins(&bins).bins(), bins);
+        }
+        assert_eq!(PackedBins::from_bins(&[(3, 0)]).bins(), vec![]);
+        assert_eq!(PackedBins::from_bins(&[]).heap_bytes(), 0);
+    }
+
+    #[test]
+    fn late_samples_wait_unpacked_then_fold_in() {
+        let bins = lognormal_bins(500, 0.6, 5);
+        let mut packed = PackedBins::from_bins(&bins);
+        let mut want = Accumulator::new();
+        for (k, c) in &bins {
+            want.add_bin(*k, *c);
+        }
+        for i in 0..40u32 {
+            let k = 150 + (i * 37) % 200;
+            packed.insert_late(k);
+            want.add_bin(k, 1);
+            assert_eq!(packed.bins(), want.nonzero_bins(), "after {} late", i + 1);
+            assert!(packed.late() <= LATE_LIMIT);
+        }
+        let mut empty = PackedBins::default();
+        empty.insert_late(7);
+        assert_eq!(empty.bins(), vec![(7, 1)]);
+    }
+
+    #[test]
+    fn dense_bins_count_exactly_through_every_counter_width() {
+        let mut d = DenseBins::default();
+        let mut want = Accumulator::new();
+        // Bytes with a few carries, then 16-bit counters, then 32 and 64 bits.
+        for round in 0..3u64 {
+            for i in 0..20_000u32 {
+                let k = 400 + (i * i) % 60 + (i % 7) * 3;
+                d.insert(k);
+                want.add_bin(k, 1);
+            }
+            d.add(30, 1 << (20 + 10 * round));
+            want.add_bin(30, 1 << (20 + 10 * round));
+            assert_eq!(d.bins(), want.nonzero_bins(), "round {round}");
+        }
+        d.add(2047, 1);
+        d.add(u32::MAX, 1);
+        want.add_bin(2047, 1);
+        assert_eq!(d.bins(), want.nonzero_bins());
+        assert_eq!(d.count(), want.count());
+        d.clear();
+        assert_eq!(d.count(), 0);
+        d.insert(500);
+        assert_eq!(d.bins(), vec![(500, 1)]);
+    }
+
+    #[test]
+    fn dense_bins_use_a_byte_a_bin_until_counts_grow() {
+        let mut d = DenseBins::default();
+        for i in 0..2_000u32 {
+            d.insert(300 + i % 100);
+        }
+        // 100 bins of 20 each, plus growth slack.
+        assert!(matches!(d.counters, Counters::Bytes { .. }));
+        assert!(d.heap_bytes() < 140, "{}", d.heap_bytes());
+        for _ in 0..300 {
+            d.insert(350);
+        }
+        // One bin past 255 costs one carry, not wider counters.
+        assert!(matches!(&d.counters, Counters::Bytes { carries, .. } if carries.len() == 1));
+        for i in 0..30_000u32 {
+            d.insert(300 + i % 100);
+        }
+        assert!(matches!(d.counters, Counters::Narrow(_)));
+        assert_eq!(d.count(), 32_300);
+    }
+
+    fn bins_strategy() -> impl Strategy<Value = Vec<(u32, u64)>> {
+        prop::collection::btree_map(
+            0u32..BINS as u32,
+            prop_oneof![
+                8 => 1u64..300,
+                1 => 1u64..1 << 50,
+            ],
+            0..300,
+        )
+        .prop_map(|m| m.into_iter().collect())
+    }
+
     fn values() -> impl Strategy<Value = Vec<f64>> {
         prop::collection::vec(
             prop_oneof![
@@ -560,6 +1427,36 @@ mod tests {
                 let t = exact(&sorted, *q);
                 prop_assert!(close(g, t), "q{} estimate {} exact {}", q, g, t);
             }
+        }
+
+        #[test]
+        fn packed_bins_read_back_exactly(bins in bins_strategy(), late in prop::collection::vec(0u32..BINS as u32, 0..40)) {
+            let mut packed = PackedBins::from_bins(&bins);
+            prop_assert_eq!(packed.bins(), bins.clone());
+            let mut want = Accumulator::new();
+            for (k, c) in &bins {
+                want.add_bin(*k, *c);
+            }
+            for k in late {
+                packed.insert_late(k);
+                want.add_bin(k, 1);
+            }
+            prop_assert_eq!(packed.bins(), want.nonzero_bins());
+            let mut summed = Accumulator::new();
+            packed.add_to(&mut summed);
+            prop_assert_eq!(summed.nonzero_bins(), want.nonzero_bins());
+        }
+
+        #[test]
+        fn dense_bins_hold_what_was_added(adds in prop::collection::vec((0u32..BINS as u32, prop_oneof![4 => Just(1u64), 1 => 1u64..100_000]), 0..400)) {
+            let mut d = DenseBins::default();
+            let mut want = Accumulator::new();
+            for (k, n) in adds {
+                if n == 1 { d.insert(k) } else { d.add(k, n) }
+                want.add_bin(k, n);
+            }
+            prop_assert_eq!(d.bins(), want.nonzero_bins());
+            prop_assert_eq!(d.count(), want.count());
         }
 
         #[test]

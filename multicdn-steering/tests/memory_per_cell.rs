@@ -53,6 +53,9 @@ fn fill(board: &mut Scoreboard, rng: &mut Rng, beacons: u64, networks: u32, sigm
     }
 }
 
+/// The bound every active cell must fit: two kilobytes.
+const BUDGET: f64 = 2048.0;
+
 #[test]
 fn an_hour_of_heavy_tailed_traffic_costs_under_two_kilobytes_a_cell() {
     let mut b = board();
@@ -64,21 +67,26 @@ fn an_hour_of_heavy_tailed_traffic_costs_under_two_kilobytes_a_cell() {
         b.cells(),
         per_cell
     );
-    assert!(per_cell < 2048.0, "{per_cell:.0} bytes a cell");
+    assert!(per_cell <= BUDGET, "{per_cell:.0} bytes a cell");
 }
 
 #[test]
-fn the_busiest_cells_cost_what_their_spread_needs() {
-    for sigma in [0.3, 0.6] {
+fn the_busiest_most_spread_cells_fit_two_kilobytes_too() {
+    // One network, 100,000 samples a provider in the hour (four 15-minute buckets of 25,000),
+    // log-normal around 120 ms: sigma 0.3 is a tight network, 1.0 one whose samples span
+    // 2 ms to 7 s (the tails of about 300 bins of a 1% sketch).
+    for sigma in [0.3, 0.6, 1.0] {
         let mut b = board();
         let mut rng = Rng(7);
         fill(&mut b, &mut rng, 200_000, 1, sigma);
+        assert_eq!(b.cells(), 2);
         let per_cell = b.heap_bytes() as f64 / b.cells() as f64;
         eprintln!(
-            "one network, 100,000 samples a provider an hour, log-normal sigma {sigma}: {:.0} bytes a cell",
-            per_cell
+            "one network, 100,000 samples a provider an hour, log-normal sigma {sigma}: {per_cell:.0} bytes a cell"
         );
-        // Bounded by the bins the values touch, not by the sample count.
-        assert!(per_cell < 6000.0, "{per_cell:.0}");
+        assert!(
+            per_cell <= BUDGET,
+            "sigma {sigma}: {per_cell:.0} bytes a cell"
+        );
     }
 }
