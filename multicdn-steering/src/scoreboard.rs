@@ -497,6 +497,30 @@ impl BaseKey {
         let asn = self.asn.map_or(0u64, |a| u64::from(a) + 1);
         self.metric.bit() | (u64::from(self.provider) << 1) | (country << 17) | (asn << 27)
     }
+
+    /// The key [`BaseKey::pack`] packed.
+    fn unpack(packed: u64) -> BaseKey {
+        let metric = if packed & 1 == 0 {
+            Metric::Ttfb
+        } else {
+            Metric::Probe
+        };
+        let country = match (packed >> 17) & 0x3ff {
+            0 => None,
+            c => {
+                let letters = [b'A' + ((c - 1) / 26) as u8, b'A' + ((c - 1) % 26) as u8];
+                std::str::from_utf8(&letters)
+                    .ok()
+                    .and_then(|l| Country::new(l).ok())
+            }
+        };
+        BaseKey {
+            metric,
+            provider: (packed >> 1) as u16,
+            asn: (packed >> 27).checked_sub(1).map(|a| a as u32),
+            country,
+        }
+    }
 }
 
 /// A multiply-shift hasher for the packed cell keys (the keys are our own integers).
@@ -519,26 +543,19 @@ impl Hasher for KeyHasher {
     }
 }
 
-type KeyMap = HashMap<u64, u32, BuildHasherDefault<KeyHasher>>;
+/// The cells by packed key: a lookup lands on the cell itself.
+type CellMap = HashMap<u64, Cell, BuildHasherDefault<KeyHasher>>;
 
 /// The scoreboard (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct Scoreboard {
     config: ScoreboardConfig,
     providers: Vec<ProviderId>,
-    index: KeyMap,
-    keys: Vec<BaseKey>,
-    cells: Vec<Cell>,
+    cells: CellMap,
     quality: Quality,
     bucket_ms: u64,
     keep: u32,
-    /// The packed key and slot of the last cell written (`NO_KEY` when none): consecutive
-    /// samples of one network skip the index.
-    last: (u64, u32),
 }
-
-/// No packed key is this (the ASN and country fields never fill the top bits).
-const NO_KEY: u64 = u64::MAX;
 
 impl Scoreboard {
     /// An empty scoreboard for these providers.
@@ -561,11 +578,8 @@ impl Scoreboard {
             keep: config.retention_buckets(),
             config,
             providers,
-            index: KeyMap::default(),
-            keys: Vec::new(),
-            cells: Vec::new(),
+            cells: CellMap::default(),
             quality: Quality::default(),
-            last: (NO_KEY, 0),
         })
     }
 
@@ -606,11 +620,10 @@ impl Scoreboard {
     /// Bytes held on the heap by the cells, their index and keys (not counting the allocator's
     /// own bookkeeping).
     pub fn heap_bytes(&self) -> usize {
-        let index = self.index.capacity() * (std::mem::size_of::<(u64, u32)>() + 1);
-        index
-            + self.keys.capacity() * std::mem::size_of::<BaseKey>()
-            + self.cells.capacity() * std::mem::size_of::<Cell>()
-            + self.cells.iter().map(Cell::heap_bytes).sum::<usize>()
+        // The table holds an entry and a control byte a slot, at most 7/8 of its slots used.
+        let slots = (self.cells.capacity() * 8).div_ceil(7);
+        slots * (std::mem::size_of::<(u64, Cell)>() + 1)
+            + self.cells.values().map(Cell::heap_bytes).sum::<usize>()
     }
 
     /// Stores one sample.
@@ -643,17 +656,10 @@ impl Scoreboard {
         };
         let at = s.at.as_millis();
         let index = (at / self.bucket_ms) as u32;
-        let packed = key.pack();
-        let slot = if self.last.0 == packed {
-            self.last.1 as usize
-        } else {
-            let slot = self.slot_or_new(key, packed, index);
-            self.last = (packed, slot as u32);
-            slot
-        };
         let bin = value.map(sketch::bin_of_positive);
-        let Some(cell) = self.cells.get_mut(slot) else {
-            return Recorded::UnknownProvider;
+        let cell = match self.cells.entry(key.pack()) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => v.insert(Cell::new(index)),
         };
         if !cell.record(index, self.keep, at, bin) {
             self.quality.too_old += 1;
@@ -667,20 +673,6 @@ impl Scoreboard {
             self.quality.clamped += 1;
         }
         outcome
-    }
-
-    /// The slot of the cell with this key, a new cell (open at bucket `index`) when missing.
-    #[inline]
-    fn slot_or_new(&mut self, key: BaseKey, packed: u64, index: u32) -> usize {
-        match self.index.entry(packed) {
-            Entry::Occupied(o) => *o.get() as usize,
-            Entry::Vacant(v) => {
-                v.insert(self.cells.len() as u32);
-                self.keys.push(key);
-                self.cells.push(Cell::new(index));
-                self.cells.len() - 1
-            }
-        }
     }
 
     /// Stores a navigation beacon's TTFB.
@@ -735,23 +727,14 @@ impl Scoreboard {
     pub fn expire(&mut self, now: Timestamp) {
         let current = (now.as_millis() / self.bucket_ms) as u32;
         let oldest_kept = current.saturating_sub(self.keep - 1);
-        let mut i = 0;
-        while i < self.cells.len() {
-            let cell = &mut self.cells[i];
+        self.cells.retain(|_, cell| {
             // The open bucket is the newest: when it is out, all are.
-            if cell.open.index >= oldest_kept {
-                cell.closed.retain(|b| b.index >= oldest_kept);
-                i += 1;
-            } else {
-                self.index.remove(&self.keys[i].pack());
-                self.cells.swap_remove(i);
-                self.keys.swap_remove(i);
-                if i < self.cells.len() {
-                    self.index.insert(self.keys[i].pack(), i as u32);
-                }
+            if cell.open.index < oldest_kept {
+                return false;
             }
-        }
-        self.last = (NO_KEY, 0);
+            cell.closed.retain(|b| b.index >= oldest_kept);
+            true
+        });
     }
 
     /// Adds every sample of `other` (a shard) to this scoreboard. Both must use the same
@@ -780,21 +763,19 @@ impl Scoreboard {
             };
             map.push(slot as u16);
         }
-        for (key, cell) in other.keys.iter().zip(&other.cells) {
+        for (packed, cell) in &other.cells {
+            let key = BaseKey::unpack(*packed);
             let key = BaseKey {
                 provider: map[usize::from(key.provider)],
-                ..*key
+                ..key
             };
-            match self.index.entry(key.pack()) {
-                Entry::Occupied(o) => self.cells[*o.get() as usize].merge(cell),
+            match self.cells.entry(key.pack()) {
+                Entry::Occupied(o) => o.into_mut().merge(cell),
                 Entry::Vacant(v) => {
-                    v.insert(self.cells.len() as u32);
-                    self.keys.push(key);
-                    self.cells.push(cell.clone());
+                    v.insert(cell.clone());
                 }
             }
         }
-        self.last = (NO_KEY, 0);
         self.quality.add(&other.quality);
         Ok(())
     }
@@ -808,7 +789,8 @@ impl Scoreboard {
         let mut base: Vec<(BaseKey, Agg)> = Vec::new();
         let mut asn_countries: HashMap<u32, Vec<(Country, u64)>> = HashMap::new();
         let mut acc = Accumulator::new();
-        for (key, cell) in self.keys.iter().zip(&self.cells) {
+        for (packed, cell) in &self.cells {
+            let key = &BaseKey::unpack(*packed);
             acc.clear();
             let (failures, newest) = cell.add_window(first, current, &mut acc);
             let agg = Agg {
@@ -1147,17 +1129,23 @@ struct CellWire {
 
 impl Serialize for Scoreboard {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // In key order, so one scoreboard always writes the same text.
+        let mut cells: Vec<(&u64, &Cell)> = self.cells.iter().collect();
+        cells.sort_unstable_by_key(|(k, _)| **k);
         ScoreboardWire {
             config: self.config.clone(),
             providers: self.providers.clone(),
             quality: self.quality,
-            cells: self
-                .keys
-                .iter()
-                .copied()
-                .zip(self.cells.iter().map(|c| CellWire {
-                    buckets: c.to_wire(),
-                }))
+            cells: cells
+                .into_iter()
+                .map(|(k, c)| {
+                    (
+                        BaseKey::unpack(*k),
+                        CellWire {
+                            buckets: c.to_wire(),
+                        },
+                    )
+                })
                 .collect(),
         }
         .serialize(s)
@@ -1184,11 +1172,9 @@ impl<'de> Deserialize<'de> for Scoreboard {
             let Some(cell) = Cell::from_wire(cell.buckets) else {
                 continue;
             };
-            if sb.index.insert(key.pack(), sb.cells.len() as u32).is_some() {
+            if sb.cells.insert(key.pack(), cell).is_some() {
                 return Err(D::Error::custom("a cell appears twice"));
             }
-            sb.keys.push(key);
-            sb.cells.push(cell);
         }
         sb.quality = wire.quality;
         Ok(sb)
@@ -1423,6 +1409,30 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn cell_keys_unpack_to_what_was_packed() {
+        for metric in [Metric::Ttfb, Metric::Probe] {
+            for provider in [0u16, 1, 4095] {
+                for asn in [None, Some(0), Some(7922), Some(u32::MAX)] {
+                    for country in [
+                        None,
+                        Country::new("AA").ok(),
+                        Country::new("de").ok(),
+                        Country::new("ZZ").ok(),
+                    ] {
+                        let key = BaseKey {
+                            metric,
+                            provider,
+                            asn,
+                            country,
+                        };
+                        assert_eq!(BaseKey::unpack(key.pack()), key);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
