@@ -4,7 +4,10 @@
 //! **Writing.** A [`Sample`] lands in one *base cell*, keyed by metric, provider and the
 //! client's `(ASN, country)` pair, and inside it in one short *bucket* (`bucket`, 15 minutes by
 //! default). Buckets older than `retention` are dropped. Writing touches one cell, which is what
-//! keeps ingestion fast.
+//! keeps ingestion fast: the cell sits in the key table itself (one lookup on a packed `u64`
+//! key), and its newest bucket is open, a counter a bin written in place. When a newer bucket
+//! opens, the old one is packed (see [`crate::sketch`]); a late sample still reaches its
+//! closed bucket while that bucket is kept. A busy cell fits in under 2 KB.
 //!
 //! **Reading.** [`Scoreboard::snapshot`] rolls the buckets of a window up into every cut at
 //! once: each ASN, country, continent and `*`. A cut's cell is steerable when it holds at least

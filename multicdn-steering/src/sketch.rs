@@ -9,10 +9,20 @@
 //! within 1% (relative) of the true value at that rank, whatever the distribution and however
 //! sketches are merged: merging adds bin counts, which is exact.
 //!
-//! Bins are stored sparsely: one `u32` per non-empty bin (an 11-bit bin number and a 21-bit
-//! count; a bin past two million samples continues in a second entry). A cell of a few hundred
-//! samples costs a few hundred bytes; a busy cell costs four bytes per distinct 1.8%-wide
-//! band its values touch, whatever its count. Values at or under 0.05 ms read back as 0.05 ms.
+//! A [`Sketch`] stores its bins sparsely: one `u32` per non-empty bin (an 11-bit bin number and
+//! a 21-bit count; a bin past two million samples continues in a second entry). Values at or
+//! under 0.05 ms read back as 0.05 ms. The scoreboard keeps the same bins in two tighter forms
+//! of its own, exact all the same: the bucket being written as `DenseBins` (a byte counter a
+//! bin over the range its values reach, so adding a value is one increment), and closed
+//! buckets as `PackedBins` (count differences in an adaptive Rice code, about six bits a bin
+//! for a busy bucket). A cell of four 15-minute buckets holding 100,000 samples an hour costs
+//! 1.0–1.8 KB, index included, from a tight network to one spread over 2 ms–7 s.
+//!
+//! **Why not DDSketch.** The `sketches-ddsketch` crate keeps, at 1% relative error, a dense
+//! `u64` a bin between the lowest and highest value, grown 128 bins at a time: 640 bins or
+//! 5,120 bytes for one sketch over 1 ms–60 s, and 9,216 bytes for the four buckets of the busy
+//! log-normal cell above (σ 0.6), where this crate's cell costs 1,422 bytes. A 2 KB budget a
+//! cell leaves room for neither its `u64` counters nor its contiguous range.
 //!
 //! ```
 //! use multicdn_steering::sketch::Sketch;
