@@ -60,7 +60,8 @@ impl NetworkResolver for NoResolver {
 /// An in-memory longest-prefix-match table.
 #[derive(Clone, Default)]
 pub struct PrefixTable {
-    v4: Vec<(u32, u32, u32)>,
+    /// Disjoint IPv4 ranges with their network inline (a lookup reads one entry).
+    v4: Vec<(u32, u32, ClientNetwork)>,
     /// For each /16 block `b`: how many IPv4 ranges start before `b << 16` (65,537 entries), so
     /// a lookup searches only the ranges that start inside the address's /16.
     v4_blocks: Vec<u32>,
@@ -111,9 +112,13 @@ impl PrefixTableBuilder {
 
     /// The table.
     pub fn build(self) -> PrefixTable {
-        let v4: Vec<(u32, u32, u32)> = flatten(self.v4)
+        let values = &self.values;
+        let v4: Vec<(u32, u32, ClientNetwork)> = flatten(self.v4)
             .into_iter()
-            .map(|(s, e, v)| (s as u32, e as u32, v))
+            .map(|(s, e, v)| {
+                let net = values.get(v as usize).copied().unwrap_or_default();
+                (s as u32, e as u32, net)
+            })
             .collect();
         let mut v4_blocks = Vec::with_capacity((1 << 16) + 1);
         let mut i = 0usize;
@@ -176,29 +181,27 @@ impl PrefixTable {
     /// The most specific network holding `ip`, if any.
     #[inline]
     pub fn lookup(&self, ip: IpAddr) -> Option<&ClientNetwork> {
-        let idx = match ip {
+        match ip {
             IpAddr::V4(a) => self.find_v4(u32::from(a)),
             IpAddr::V6(a) => match a.to_ipv4_mapped() {
                 Some(v4) => self.find_v4(u32::from(v4)),
-                None => find(&self.v6, u128::from(a)),
+                None => self.values.get(find(&self.v6, u128::from(a))? as usize),
             },
-        }?;
-        self.values.get(idx as usize)
+        }
     }
 
     #[inline]
-    fn find_v4(&self, ip: u32) -> Option<u32> {
+    fn find_v4(&self, ip: u32) -> Option<&ClientNetwork> {
         let block = (ip >> 16) as usize;
-        let (Some(&lo), Some(&hi)) = (self.v4_blocks.get(block), self.v4_blocks.get(block + 1))
-        else {
-            return find(&self.v4, ip);
+        let (lo, hi) = match (self.v4_blocks.get(block), self.v4_blocks.get(block + 1)) {
+            (Some(&lo), Some(&hi)) => (lo as usize, hi as usize),
+            _ => (0, self.v4.len()),
         };
         // Ranges starting before this /16 all start at or below `ip`; those starting after it
         // all start above: the answer is the last range starting at or below `ip`.
-        let (lo, hi) = (lo as usize, hi as usize);
         let i = lo + self.v4.get(lo..hi)?.partition_point(|r| r.0 <= ip);
         let r = self.v4.get(i.checked_sub(1)?)?;
-        (ip <= r.1).then_some(r.2)
+        (ip <= r.1).then_some(&r.2)
     }
 
     /// How many disjoint ranges the table holds.
