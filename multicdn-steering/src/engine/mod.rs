@@ -401,6 +401,17 @@ struct Proposal<'a> {
     gap: f64,
 }
 
+/// What the guardrails read of a proposal: small, so that ordering them is cheap.
+struct Ranked {
+    priority: u8,
+    gap: f64,
+    work: usize,
+    proposal: usize,
+    wanted: u32,
+    cohort_left: u32,
+    share: f64,
+}
+
 type IdMap<'a, V> = HashMap<&'a CohortId, V, BuildHasherDefault<IdHasher>>;
 
 /// Memory of a cohort the engine has nothing on yet.
@@ -416,6 +427,43 @@ static IDLE: CohortMemory = CohortMemory {
 #[inline]
 fn same_cohort(a: &CohortId, b: &CohortId) -> bool {
     std::ptr::eq(a.as_str(), b.as_str()) || a == b
+}
+
+/// Inputs out of plan order looked up by binary search before a table is built for them.
+const STRAYS_BEFORE_INDEXING: usize = 256;
+
+fn id_hash(id: &CohortId) -> u64 {
+    use std::hash::BuildHasher;
+    BuildHasherDefault::<IdHasher>::default().hash_one(id)
+}
+
+/// Later entries of ids listed more than once (equal ids have equal hashes), sorted.
+fn duplicates(hashes: &[(u64, usize)], work: &[Work<'_>]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for group in hashes.chunk_by(|a, b| a.0 == b.0).filter(|g| g.len() > 1) {
+        // In work order within a group: an entry repeats an earlier one.
+        for (k, (_, b)) in group.iter().enumerate().skip(1) {
+            if group[..k]
+                .iter()
+                .any(|(_, a)| same_cohort(work[*a].id, work[*b].id))
+            {
+                out.push(*b);
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// The entry of a cohort in force, by the hash of its id.
+fn find_hashed(hashes: &[(u64, usize)], work: &[Work<'_>], id: &CohortId) -> Option<usize> {
+    let h = id_hash(id);
+    let from = hashes.partition_point(|(x, _)| *x < h);
+    hashes[from..]
+        .iter()
+        .take_while(|(x, _)| *x == h)
+        .map(|(_, i)| *i)
+        .find(|i| same_cohort(work[*i].id, id))
 }
 
 fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Decision {
@@ -464,15 +512,14 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     // ones in input order, then pinned networks), then the regions in policy order.
     let mut work: Vec<Work<'_>> =
         Vec::with_capacity(inputs.cohorts.len() + inputs.current.cohorts.len());
-    let mut index: IdMap<'_, usize> = IdMap::default();
-    index.reserve(inputs.current.cohorts.len());
     let mut parents = state::ParentLookup::new(old);
     let region_count = static_plan.cohorts.len();
+    // The finer cohorts in force, found again by the hash of their id (sorted, so that no
+    // table is built for the common case: inputs in plan order).
+    let mut hashes: Vec<(u64, usize)> = Vec::with_capacity(inputs.current.cohorts.len());
     for c in &inputs.current.cohorts {
-        if region_of(&c.cohort).is_none()
-            && let std::collections::hash_map::Entry::Vacant(slot) = index.entry(&c.cohort)
-        {
-            slot.insert(work.len());
+        if region_of(&c.cohort).is_none() {
+            hashes.push((id_hash(&c.cohort), work.len()));
             let (old, own) = memory_of(&c.cohort);
             work.push(Work {
                 id: &c.cohort,
@@ -488,22 +535,55 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             });
         }
     }
+    hashes.sort_unstable();
+    // A cohort listed twice keeps its first entry.
+    let twice = duplicates(&hashes, &work);
+    if !twice.is_empty() {
+        let mut at = 0;
+        work.retain(|_| {
+            at += 1;
+            twice.binary_search(&(at - 1)).is_err()
+        });
+        hashes = work
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (id_hash(w.id), i))
+            .collect();
+        hashes.sort_unstable();
+    }
     let in_force = work.len();
+    // Cohorts new this round, and (once inputs stray far from plan order) all of them.
+    let mut index: IdMap<'_, usize> = IdMap::default();
+    let mut strays = 0usize;
     let mut region_inputs: Vec<Option<&CohortInput>> = vec![None; region_count];
-    // Inputs usually list the cohorts in force in plan order: try the next one before hashing.
+    // Inputs usually list the cohorts in force in plan order: try the next one first.
     let mut guess = 0;
     for i in inputs.cohorts {
-        if region_of(&i.cohort).is_some_and(|r| {
-            region_inputs[r] = Some(i);
-            true
-        }) {
-            continue;
-        }
-        let at = match work.get(guess).filter(|w| same_cohort(w.id, &i.cohort)) {
-            // Ids in `work` are unique, so this is the index `index` holds.
-            Some(_) => guess,
-            None => match index.get(&i.cohort) {
-                Some(at) => *at,
+        let at = if work
+            .get(guess)
+            .is_some_and(|w| !w.region && same_cohort(w.id, &i.cohort))
+        {
+            // Ids in `work` are unique: this is the cohort's only entry.
+            guess
+        } else {
+            if let Some(r) = region_of(&i.cohort) {
+                region_inputs[r] = Some(i);
+                continue;
+            }
+            strays += 1;
+            if strays == STRAYS_BEFORE_INDEXING {
+                index.reserve(in_force);
+                for (k, w) in work[..in_force].iter().enumerate() {
+                    index.insert(w.id, k);
+                }
+            }
+            let known = if strays >= STRAYS_BEFORE_INDEXING {
+                index.get(&i.cohort).copied()
+            } else {
+                find_hashed(&hashes, &work, &i.cohort).or_else(|| index.get(&i.cohort).copied())
+            };
+            match known {
+                Some(at) => at,
                 None => {
                     let parent = i.parent.as_ref().unwrap_or(&default_id);
                     let Some(start) = current
@@ -529,7 +609,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                     });
                     work.len() - 1
                 }
-            },
+            }
         };
         if at < in_force {
             guess = at + 1;
@@ -592,8 +672,11 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         });
     }
 
+    let g = &ctx.steering.guardrails;
     let mut journal: Vec<JournalEntry> = Vec::new();
     let mut proposals: Vec<Proposal<'_>> = Vec::new();
+    let mut ranked: Vec<Ranked> = Vec::new();
+    let mut moved_cohorts = 0;
     for (wi, item) in work.iter_mut().enumerate() {
         // 1. Health failover.
         health(ctx, item, &mut journal);
@@ -676,17 +759,38 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         } else {
             None
         };
-        proposals.extend(proposal);
+        if let Some(p) = proposal {
+            let wanted = match &p.goal {
+                // `bp` never exceeds what `from` has above its floor.
+                Goal::Shift { bp, .. } => *bp,
+                Goal::Weights(target, _) => moved_between(&item.w, target),
+            };
+            ranked.push(Ranked {
+                priority: p.priority,
+                gap: p.gap,
+                work: wi,
+                proposal: proposals.len(),
+                wanted,
+                cohort_left: g
+                    .max_change_per_cohort
+                    .bp()
+                    .saturating_sub(item.mem().moved_last_hour(now)),
+                share: item.share,
+            });
+            proposals.push(p);
+        }
     }
 
-    // 7. Guardrails: pins first, then recovery, then the largest relative gaps.
-    proposals.sort_unstable_by(|a, b| {
+    // 7. Guardrails: pins first, then recovery, then the largest relative gaps. The caps are
+    // settled in that order on the small `Ranked` records; the moves are then made in cohort
+    // order (the cohorts' data is read in the order it lies in memory) and journaled in the
+    // guardrails' order.
+    ranked.sort_unstable_by(|a, b| {
         a.priority
             .cmp(&b.priority)
             .then(b.gap.total_cmp(&a.gap))
             .then(a.work.cmp(&b.work))
     });
-    let g = &ctx.steering.guardrails;
     let mut recent: std::collections::VecDeque<(Timestamp, f64)> = old
         .recent
         .iter()
@@ -697,36 +801,61 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         - recent.iter().map(|(_, m)| m).sum::<f64>())
     .max(0.0);
     let mut held = Vec::new();
-    let mut moved_cohorts = 0;
-    for p in proposals {
-        let item = &mut work[p.work];
-        let wanted = match &p.goal {
-            // `bp` never exceeds what `from` has above its floor.
-            Goal::Shift { bp, .. } => *bp,
-            Goal::Weights(target, _) => moved_between(&item.w, target),
-        };
-        let cohort_left = g
-            .max_change_per_cohort
-            .bp()
-            .saturating_sub(item.mem().moved_last_hour(now));
-        let mut allowed = wanted.min(cohort_left);
+    recent.reserve(ranked.len());
+    // (proposal, bp allowed, the guardrail that capped it, the split after it for pins and
+    // recovery, its place in the journal)
+    let mut accepted: Vec<(usize, u32, Option<Guardrail>, Option<Weights>, usize)> =
+        Vec::with_capacity(ranked.len());
+    for r in &ranked {
+        let wanted = r.wanted;
+        let mut allowed = wanted.min(r.cohort_left);
         let mut by = (allowed < wanted).then_some(Guardrail::CohortCap);
-        if item.share > 0.0 {
-            let by_total = (total_left / item.share).floor();
+        if r.share > 0.0 {
+            let by_total = (total_left / r.share).floor();
             if by_total < f64::from(allowed) {
                 allowed = by_total.max(0.0) as u32;
                 by = Some(Guardrail::HourlyCap);
             }
         }
+        let p = &proposals[r.proposal];
         if allowed == 0 {
             held.push(Held {
-                cohort: item.id.clone(),
+                cohort: work[r.work].id.clone(),
                 rule: p.rule,
                 wanted_bp: wanted,
                 by: by.unwrap_or(Guardrail::CohortCap),
             });
             continue;
         }
+        let (moved, after) = match &p.goal {
+            // A shift within what `from` has: all of `allowed` moves.
+            Goal::Shift { .. } => (allowed, None),
+            Goal::Weights(target, _) => {
+                let w = &work[r.work].w;
+                let after = step_towards(w, target, allowed);
+                (moved_between(w, &after), Some(after))
+            }
+        };
+        if moved == 0 {
+            continue;
+        }
+        let weighted = f64::from(moved) * r.share;
+        total_left = (total_left - weighted).max(0.0);
+        if weighted > 0.0 {
+            recent.push_back((now, weighted));
+        }
+        accepted.push((r.proposal, allowed, by, after, accepted.len()));
+    }
+    drop(ranked);
+    accepted.sort_unstable_by_key(|a| a.0);
+    let mut entries: Vec<Option<JournalEntry>> = Vec::with_capacity(accepted.len());
+    entries.resize_with(accepted.len(), || None);
+    let mut accepted = accepted.into_iter().peekable();
+    for (pi, p) in proposals.into_iter().enumerate() {
+        let Some((_, allowed, by, after, place)) = accepted.next_if(|a| a.0 == pi) else {
+            continue;
+        };
+        let item = &mut work[p.work];
         let (after, moved, direction, mut evidence) = match p.goal {
             Goal::Shift {
                 from,
@@ -746,14 +875,11 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 (after, moved, Some((from.clone(), to.clone())), evidence)
             }
             Goal::Weights(target, evidence) => {
-                let after = step_towards(&item.w, &target, allowed);
+                let after = after.unwrap_or_else(|| step_towards(&item.w, &target, allowed));
                 let moved = moved_between(&item.w, &after);
                 (after, moved, None, *evidence)
             }
         };
-        if moved == 0 {
-            continue;
-        }
         evidence.capped_by = by;
         let entry = JournalEntry {
             at: now,
@@ -770,16 +896,13 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         }
         mem.remeasure_due = true;
         mem.recent.push((now, moved));
-        let weighted = f64::from(moved) * item.share;
-        total_left = (total_left - weighted).max(0.0);
-        if weighted > 0.0 {
-            recent.push_back((now, weighted));
-        }
-        journal.push(entry);
+        entries[place] = Some(entry);
         item.w = Cow::Owned(after);
         item.moved = true;
         moved_cohorts += 1;
     }
+    journal.reserve(entries.len());
+    journal.extend(entries.into_iter().flatten());
 
     // 6. Floors that the weights in force did not meet (after a recovery, a hand edit).
     for item in &mut work {
@@ -889,18 +1012,19 @@ fn evidence_of(input: Option<&CohortInput>) -> Evidence {
     let Some(input) = input else {
         return Evidence::default();
     };
+    // Inserted one by one: collecting would sort a temporary vector first.
+    let mut scores = BTreeMap::new();
+    let mut samples = BTreeMap::new();
+    for e in &input.evidence {
+        if let Some(s) = e.score {
+            scores.insert(e.provider.clone(), rounded(s, 1e3));
+        }
+        samples.insert(e.provider.clone(), e.samples);
+    }
     Evidence {
         network: input.cut,
-        scores: input
-            .evidence
-            .iter()
-            .filter_map(|e| e.score.map(|s| (e.provider.clone(), rounded(s, 1e3))))
-            .collect(),
-        samples: input
-            .evidence
-            .iter()
-            .map(|e| (e.provider.clone(), e.samples))
-            .collect(),
+        scores,
+        samples,
         ..Evidence::default()
     }
 }
