@@ -24,6 +24,13 @@
 //!    first, then recovery, then the largest relative gaps). Inputs older than `stale_after`
 //!    (the deadman) and the big red switch (`static: true`) serve the policy's static weights.
 //!
+//! **No crumbs.** Optimizing moves go in whole steps of [`MOVE_STEP_BP`] (0.5%): a move a
+//! guardrail cuts short is rounded down to whole steps (and held when less than one step is
+//! left), and a RUM move needs at least one step of room above the slower provider's floor
+//! (or the whole `step`, when the policy's step is smaller). A move that is not cut short
+//! reaches its target exactly, however small: the last step of a recovery or a pin. Failover
+//! steps and floors are safety, and exact to the basis point.
+//!
 //! After a failover, once every provider is up again, the cohort returns to its weights from
 //! before the failover in damped, settled steps (rule `recovery`), within the guardrails.
 //!
@@ -429,6 +436,10 @@ fn same_cohort(a: &CohortId, b: &CohortId) -> bool {
     std::ptr::eq(a.as_str(), b.as_str()) || a == b
 }
 
+/// The granularity of optimizing moves, in basis points (0.5%): a move a guardrail cuts short
+/// is rounded down to whole steps, and RUM never moves less than one step.
+pub const MOVE_STEP_BP: u32 = 50;
+
 /// Inputs out of plan order looked up by binary search before a table is built for them.
 const STRAYS_BEFORE_INDEXING: usize = 256;
 
@@ -816,6 +827,10 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 allowed = by_total.max(0.0) as u32;
                 by = Some(Guardrail::HourlyCap);
             }
+        }
+        if by.is_some() {
+            // Cut short: whole steps only, never a crumb.
+            allowed -= allowed % MOVE_STEP_BP;
         }
         let p = &proposals[r.proposal];
         if allowed == 0 {
@@ -1292,7 +1307,8 @@ fn rum<'i>(
     for &(slow, slow_score) in &scored[..scored.len() - 1] {
         let slow = slow?;
         let room = share_of(w, slow).saturating_sub(ctx.floor(slow));
-        if room == 0 {
+        if room == 0 || room < MOVE_STEP_BP.min(rum.step.bp()) {
+            // Less than a step above its floor: nothing worth a move.
             continue;
         }
         let gap = slow_score - best_score;

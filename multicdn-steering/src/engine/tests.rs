@@ -715,3 +715,132 @@ fn memory_read_back_from_json_decides_the_same() {
         .unwrap();
     assert_eq!(as5.after, fc(9000), "europe's static weights");
 }
+
+#[test]
+fn a_capped_move_goes_in_whole_half_percent_steps_and_a_crumb_is_held() {
+    let mut sim = Sim::new(policy());
+    // as1 (80% of traffic, the larger gap) moves 20% of it first: 16% of the 30% an hour.
+    // That leaves 14% of all traffic, 1917.8 bp of as2's 73%: it moves 1900, not 1917.
+    let inputs = [
+        input("as1", "AS1", 0.8, 250.0, 100.0),
+        input("as2", "AS2", 0.73, 200.0, 100.0),
+    ];
+    let d = sim.round(t(0), &inputs);
+    assert_eq!(sim.weights("as1"), fc(3000));
+    assert_eq!(sim.weights("as2"), fc(3100));
+    let as2 = d.journal.iter().find(|e| e.cohort == c("as2")).unwrap();
+    assert_eq!(as2.evidence.capped_by, Some(Guardrail::HourlyCap));
+    assert_eq!(as2.moved_bp(), 1900);
+    // A move cut to less than one step is held, not made.
+    let pol = Policy::from_yaml(
+        &BASE.replace("max_moved_per_hour: 30%", "max_moved_per_hour: 0.3%"),
+        "test.yaml",
+    )
+    .unwrap();
+    let mut sim = Sim::new(pol);
+    let d = sim.round(t(0), &[input("as1", "AS1", 0.8, 200.0, 100.0)]);
+    // 30 bp of all traffic is 37.5 bp of as1's: under one 50 bp step.
+    assert!(d.journal.iter().all(|e| !e.is_move()), "{:?}", d.journal);
+    assert_eq!(d.held.len(), 1);
+    assert_eq!(d.held[0].by, Guardrail::HourlyCap);
+    assert_eq!(sim.weights("as1"), fc(5000));
+}
+
+#[test]
+fn rum_does_not_move_a_provider_less_than_a_step_above_its_floor() {
+    let mut sim = Sim::new(policy());
+    // Fastly is 0.3% above its 10% floor: not worth a move, however slow it is.
+    sim.plan.cohorts[1].weights = fc(1030);
+    let d = sim.round(t(0), &[input("default", "*", 0.5, 300.0, 100.0)]);
+    assert!(d.journal.iter().all(|e| !e.is_move()), "{:?}", d.journal);
+    sim.plan.cohorts[1].weights = fc(1050);
+    let d = sim.round(t(1), &[input("default", "*", 0.5, 300.0, 100.0)]);
+    assert_eq!(d.journal[0].moved_bp(), MOVE_STEP_BP);
+    assert_eq!(sim.weights("default"), fc(1000));
+}
+
+fn ctx_of<'a>(
+    pol: &'a Policy,
+    health: &BTreeMap<ProviderId, ProviderHealth>,
+    now: Timestamp,
+) -> Ctx<'a> {
+    let providers = pol.provider_ids();
+    Ctx {
+        now,
+        rum: &pol.steering.rum,
+        steering: &pol.steering,
+        down: providers
+            .iter()
+            .filter_map(|p| {
+                health
+                    .get(p)
+                    .filter(|h| h.state == HealthState::Down)
+                    .map(|h| (p.clone(), h.since))
+            })
+            .collect(),
+        floors: providers
+            .iter()
+            .map(|p| (p.clone(), pol.steering.floors.for_provider(p).bp()))
+            .collect(),
+        providers,
+    }
+}
+
+fn three_pinned() -> Policy {
+    Policy::from_yaml(&format!("{THREE}  pins:\n    - network: AS101\n      weights: {{fastly: 20%, cloudflare: 50%, edgeco: 30%}}\n      until: 2027-01-15T08:00:00Z\n      reason: test\n    - network: AS7\n      weights: {{fastly: 20%, cloudflare: 50%, edgeco: 30%}}\n      until: 2027-01-15T08:00:00Z\n      reason: test\n"), "three.yaml").unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    #[test]
+    fn no_optimizing_move_is_smaller_than_a_step_unless_it_reaches_its_target(
+        case in case(6),
+        drift in prop::collection::vec(-300.0f64..300.0, 10),
+        flips in prop::collection::vec(prop::option::weighted(0.3, 0usize..3), 10),
+        pinned in any::<bool>(),
+    ) {
+        let pol = if pinned { three_pinned() } else { three() };
+        let (mut plan, mut inputs, mut health, mut state) = build(&case, &pol);
+        for (round, d) in drift.iter().enumerate() {
+            let now = t(10_000 + round as u64 * 700);
+            for i in &mut inputs {
+                for e in &mut i.evidence {
+                    if e.provider.as_str() == "fastly" {
+                        e.score = e.score.map(|s| (s + d).max(1.0));
+                    }
+                }
+            }
+            if let Some(k) = flips[round] {
+                let n = p(NAMES[k]);
+                if health.remove(&n).is_none() {
+                    health.insert(n, ProviderHealth::down(now));
+                }
+            }
+            let dec = decide(now, &Inputs { policy: &pol, current: &plan, cohorts: &inputs, health: &health, data_as_of: Some(now), state: &state });
+            let ctx = ctx_of(&pol, &health, now);
+            for e in dec.journal.iter().filter(|e| e.is_move()) {
+                let moved = e.moved_bp();
+                match e.rule {
+                    Rule::Rum | Rule::Pin | Rule::Recovery if e.evidence.capped_by.is_some() => {
+                        prop_assert!(moved >= MOVE_STEP_BP && moved % MOVE_STEP_BP == 0, "{e}");
+                    }
+                    Rule::Rum => prop_assert!(moved >= MOVE_STEP_BP, "{e}"),
+                    Rule::Pin if moved < MOVE_STEP_BP => {
+                        let pin = pol.steering.pins.iter().find(|p| e.networks == [p.network]).unwrap();
+                        let target = floored(&ctx, &respect_down(&ctx, &pin.weights().unwrap(), &e.before));
+                        prop_assert_eq!(&e.after, &target, "{}", e);
+                    }
+                    Rule::Recovery if moved < MOVE_STEP_BP => {
+                        let mem = &state.cohorts[&e.cohort];
+                        let goal = mem.recovering_to.as_ref().or(mem.before_failover.as_ref()).unwrap();
+                        prop_assert_eq!(&e.after, &floored(&ctx, goal), "{}", e);
+                    }
+                    _ => {}
+                }
+            }
+            plan = dec.plan;
+            state = dec.state;
+        }
+    }
+}
