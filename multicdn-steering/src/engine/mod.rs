@@ -419,6 +419,19 @@ struct Ranked {
     share: f64,
 }
 
+/// A move the guardrails let through.
+struct Accepted {
+    proposal: usize,
+    /// Basis points allowed.
+    allowed: u32,
+    /// The guardrail that cut it short.
+    by: Option<Guardrail>,
+    /// The split after it, for pins and recovery.
+    after: Option<Weights>,
+    /// Its place in the journal (the guardrails' order).
+    place: usize,
+}
+
 type IdMap<'a, V> = HashMap<&'a CohortId, V, BuildHasherDefault<IdHasher>>;
 
 /// Memory of a cohort the engine has nothing on yet.
@@ -813,10 +826,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     .max(0.0);
     let mut held = Vec::new();
     recent.reserve(ranked.len());
-    // (proposal, bp allowed, the guardrail that capped it, the split after it for pins and
-    // recovery, its place in the journal)
-    let mut accepted: Vec<(usize, u32, Option<Guardrail>, Option<Weights>, usize)> =
-        Vec::with_capacity(ranked.len());
+    let mut accepted: Vec<Accepted> = Vec::with_capacity(ranked.len());
     for r in &ranked {
         let wanted = r.wanted;
         let mut allowed = wanted.min(r.cohort_left);
@@ -859,15 +869,28 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         if weighted > 0.0 {
             recent.push_back((now, weighted));
         }
-        accepted.push((r.proposal, allowed, by, after, accepted.len()));
+        accepted.push(Accepted {
+            proposal: r.proposal,
+            allowed,
+            by,
+            after,
+            place: accepted.len(),
+        });
     }
     drop(ranked);
-    accepted.sort_unstable_by_key(|a| a.0);
+    accepted.sort_unstable_by_key(|a| a.proposal);
     let mut entries: Vec<Option<JournalEntry>> = Vec::with_capacity(accepted.len());
     entries.resize_with(accepted.len(), || None);
     let mut accepted = accepted.into_iter().peekable();
     for (pi, p) in proposals.into_iter().enumerate() {
-        let Some((_, allowed, by, after, place)) = accepted.next_if(|a| a.0 == pi) else {
+        let Some(Accepted {
+            allowed,
+            by,
+            after,
+            place,
+            ..
+        }) = accepted.next_if(|a| a.proposal == pi)
+        else {
             continue;
         };
         let item = &mut work[p.work];
