@@ -5,6 +5,7 @@
 //! whole-percent split survives the round trip: `from_scale(to_scale(w), 100) == w`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -40,10 +41,11 @@ pub enum WeightsError {
 /// A split of traffic between providers, in basis points that sum to exactly [`TOTAL_BP`].
 ///
 /// Providers are kept sorted by id, so equal splits compare equal and print the same way.
-/// A provider may carry 0 (listed, but sent nothing).
+/// A provider may carry 0 (listed, but sent nothing). The shares are immutable and shared, so a
+/// clone (a plan copying a cohort it does not change) is a reference count, not an allocation.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Weights {
-    shares: Vec<(ProviderId, u32)>,
+    shares: Arc<[(ProviderId, u32)]>,
 }
 
 impl Weights {
@@ -63,7 +65,9 @@ impl Weights {
         if sum != u64::from(TOTAL_BP) {
             return Err(WeightsError::BadSum { sum });
         }
-        Ok(Weights { shares })
+        Ok(Weights {
+            shares: shares.into(),
+        })
     }
 
     /// Builds weights from percentages (which may carry up to two decimals: `12.5`).
@@ -81,7 +85,7 @@ impl Weights {
     /// All traffic to one provider.
     pub fn single(provider: ProviderId) -> Weights {
         Weights {
-            shares: vec![(provider, TOTAL_BP)],
+            shares: Arc::from([(provider, TOTAL_BP)]),
         }
     }
 
@@ -143,7 +147,7 @@ impl Weights {
         if moved == 0 || from == to {
             return (self.clone(), 0);
         }
-        let mut shares = self.shares.clone();
+        let mut shares = self.shares.to_vec();
         if !shares.iter().any(|(id, _)| id == to) {
             shares.push((to.clone(), 0));
             shares.sort_by(|a, b| a.0.cmp(&b.0));
@@ -155,7 +159,12 @@ impl Weights {
                 *share += moved;
             }
         }
-        (Weights { shares }, moved)
+        (
+            Weights {
+                shares: shares.into(),
+            },
+            moved,
+        )
     }
 
     /// The basis points that must move to turn `self` into `other`: half the sum of absolute
@@ -286,7 +295,7 @@ impl Serialize for Weights {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = s.serialize_map(Some(self.shares.len()))?;
-        for (id, bp) in &self.shares {
+        for (id, bp) in self.shares.iter() {
             map.serialize_entry(id, bp)?;
         }
         map.end()
