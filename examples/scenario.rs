@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use multicdn_core::policy::Policy;
 use multicdn_core::{
-    ApplyOptions, Clock, Country, Event, HealthState, ManualClock, NetworkKey, ProviderId,
-    PurgeRequest, Secret, Steerer, SteeringPlan, Timestamp,
+    ApplyOptions, Clock, Country, Event, HealthState, ManualClock, ProviderId, PurgeRequest,
+    Secret, Steerer, SteeringPlan, Timestamp,
 };
 use multicdn_health::{HealthConfig, HttpProbe, Monitor, targets_from_policy};
 use multicdn_providers::cloudflare::CloudflarePurger;
@@ -546,7 +546,7 @@ pub async fn run(options: &Options) -> Result<Report, ScenarioError> {
     }
     let now = clock.now();
     let snapshot = board.snapshot(now, policy.steering.rum.window.get());
-    let dashboard = dashboard(&snapshot, &providers);
+    let dashboard = crate::summary::dashboard(&snapshot, Metric::Ttfb, &providers);
     let checks = checks(&journal, &timeline, &fastly, &cloudflare, &policy, start);
     Ok(Report {
         timeline,
@@ -595,45 +595,6 @@ pub fn describe(e: &JournalEntry) -> String {
         let _ = write!(line, " - {}", ev.note);
     }
     line
-}
-
-/// The seed's one dashboard: p75 TTFB by provider by country, with each provider's share.
-fn dashboard(
-    snapshot: &multicdn_steering::scoreboard::Snapshot,
-    providers: &[ProviderId],
-) -> String {
-    let mut out = String::new();
-    let _ = write!(out, "{:<8}", "country");
-    for p in providers {
-        let _ = write!(out, " {:>24}", format!("{p} p75 (share)"));
-    }
-    out.push('\n');
-    let mut countries: Vec<&str> = NETWORKS.iter().map(|n| n.country).collect();
-    countries.sort_unstable();
-    countries.dedup();
-    for c in countries {
-        let Ok(country) = Country::new(c) else {
-            continue;
-        };
-        let key = NetworkKey::Country(country);
-        let cells: Vec<_> = providers
-            .iter()
-            .map(|p| snapshot.cell(Metric::Ttfb, key, p))
-            .collect();
-        let total: u64 = cells.iter().map(|v| v.stats.samples).sum::<u64>().max(1);
-        let _ = write!(out, "{c:<8}");
-        for v in &cells {
-            let share = 100.0 * v.stats.samples as f64 / total as f64;
-            let p75 = v
-                .stats
-                .p75
-                .map(|p| format!("{p:.0} ms"))
-                .unwrap_or_else(|| "-".into());
-            let _ = write!(out, " {:>24}", format!("{p75} ({share:.0}%)"));
-        }
-        out.push('\n');
-    }
-    out
 }
 
 fn checks(

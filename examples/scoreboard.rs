@@ -29,7 +29,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,10 +37,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use common::{FINDING, Fail, OK};
-use multicdn_core::{Country, NetworkKey, ProviderId, Timestamp};
+use multicdn_core::{NetworkKey, ProviderId, Timestamp};
+use multicdn_examples::summary::dashboard;
 use multicdn_steering::ingest::Ingestor;
 use multicdn_steering::resolve::{NetworkResolver, NoResolver, PrefixTable};
-use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig, Snapshot};
+use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig};
 
 /// Ingest NDJSON RUM beacons and print p75 TTFB by provider by country.
 #[derive(Debug, Parser)]
@@ -193,7 +193,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         "\n== dashboard: p75 TTFB by provider by country, {} ending {now} (share of requests; * fewer than {min_samples} samples)",
         humantime::format_duration(window)
     );
-    print!("{}", table(&snapshot, Metric::Ttfb, &providers));
+    print!("{}", dashboard(&snapshot, Metric::Ttfb, &providers));
     let probes: u64 = providers
         .iter()
         .map(|p| {
@@ -205,73 +205,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         .sum();
     if probes > 0 {
         println!("\n== probe beacons: p75 fetch time by provider by country (availability)");
-        print!("{}", table(&snapshot, Metric::Probe, &providers));
+        print!("{}", dashboard(&snapshot, Metric::Probe, &providers));
     }
     Ok(OK)
-}
-
-/// Every country with samples for `metric` (any two letters a `Country` accepts), sorted.
-fn countries(snapshot: &Snapshot, metric: Metric) -> Vec<Country> {
-    let mut out = Vec::new();
-    for a in b'A'..=b'Z' {
-        for b in b'A'..=b'Z' {
-            let code = [a, b];
-            let Ok(code) = std::str::from_utf8(&code) else {
-                continue;
-            };
-            if let Ok(c) = Country::new(code)
-                && snapshot.samples(metric, NetworkKey::Country(c)) > 0
-            {
-                out.push(c);
-            }
-        }
-    }
-    out
-}
-
-fn table(snapshot: &Snapshot, metric: Metric, providers: &[ProviderId]) -> String {
-    let mut out = String::new();
-    let _ = write!(out, "{:<8}", "country");
-    for p in providers {
-        let _ = write!(
-            out,
-            " {:>26}",
-            format!(
-                "{p} p75 ({})",
-                if metric == Metric::Probe {
-                    "avail"
-                } else {
-                    "share"
-                }
-            )
-        );
-    }
-    out.push('\n');
-    let mut rows: Vec<(String, NetworkKey)> = countries(snapshot, metric)
-        .into_iter()
-        .map(|c| (c.to_string(), NetworkKey::Country(c)))
-        .collect();
-    rows.push(("all".to_owned(), NetworkKey::Global));
-    for (label, key) in rows {
-        let cells: Vec<_> = providers
-            .iter()
-            .map(|p| snapshot.cell(metric, key, p))
-            .collect();
-        let total: u64 = cells.iter().map(|v| v.stats.samples).sum::<u64>().max(1);
-        let _ = write!(out, "{label:<8}");
-        for v in &cells {
-            let p75 = v
-                .stats
-                .p75
-                .map_or_else(|| "-".to_owned(), |p| format!("{p:.0} ms"));
-            let mark = if v.status.is_steerable() { "" } else { "*" };
-            let second = match (metric, v.stats.availability) {
-                (Metric::Probe, Some(a)) => format!("{:.1}%", a * 100.0),
-                _ => format!("{:.0}%", 100.0 * v.stats.samples as f64 / total as f64),
-            };
-            let _ = write!(out, " {:>26}", format!("{p75}{mark} ({second})"));
-        }
-        out.push('\n');
-    }
-    out
 }

@@ -1,9 +1,11 @@
-//! Human-readable summaries of a policy.
+//! Human-readable summaries of a policy and of a scoreboard.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use multicdn_core::policy::Policy;
+use multicdn_core::{Country, NetworkKey, ProviderId};
+use multicdn_steering::scoreboard::{Metric, Snapshot};
 
 /// The summary `policy check` prints for a valid file: providers, regions with their weights,
 /// health settings.
@@ -68,5 +70,74 @@ pub fn policy_summary(policy: &Policy, path: &Path) -> String {
         h.timeout
     );
     let _ = writeln!(out, "cache: {} routes", policy.cache.routes.len());
+    out
+}
+
+/// Every country with samples for `metric` (any two letters a `Country` accepts), sorted.
+fn countries(snapshot: &Snapshot, metric: Metric) -> Vec<Country> {
+    let mut out = Vec::new();
+    for a in b'A'..=b'Z' {
+        for b in b'A'..=b'Z' {
+            let code = [a, b];
+            let Ok(code) = std::str::from_utf8(&code) else {
+                continue;
+            };
+            if let Ok(c) = Country::new(code)
+                && snapshot.samples(metric, NetworkKey::Country(c)) > 0
+            {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// The seed's one dashboard: p75 by provider by country (and all countries), with each
+/// provider's share of the requests (availability, for probe beacons); `*` marks a cell with
+/// too few samples to steer on.
+pub fn dashboard(snapshot: &Snapshot, metric: Metric, providers: &[ProviderId]) -> String {
+    let mut out = String::new();
+    let _ = write!(out, "{:<8}", "country");
+    for p in providers {
+        let _ = write!(
+            out,
+            " {:>26}",
+            format!(
+                "{p} p75 ({})",
+                if metric == Metric::Probe {
+                    "avail"
+                } else {
+                    "share"
+                }
+            )
+        );
+    }
+    out.push('\n');
+    let mut rows: Vec<(String, NetworkKey)> = countries(snapshot, metric)
+        .into_iter()
+        .map(|c| (c.to_string(), NetworkKey::Country(c)))
+        .collect();
+    rows.push(("all".to_owned(), NetworkKey::Global));
+    for (label, key) in rows {
+        let cells: Vec<_> = providers
+            .iter()
+            .map(|p| snapshot.cell(metric, key, p))
+            .collect();
+        let total: u64 = cells.iter().map(|v| v.stats.samples).sum::<u64>().max(1);
+        let _ = write!(out, "{label:<8}");
+        for v in &cells {
+            let p75 = v
+                .stats
+                .p75
+                .map_or_else(|| "-".to_owned(), |p| format!("{p:.0} ms"));
+            let mark = if v.status.is_steerable() { "" } else { "*" };
+            let second = match (metric, v.stats.availability) {
+                (Metric::Probe, Some(a)) => format!("{:.1}%", a * 100.0),
+                _ => format!("{:.0}%", 100.0 * v.stats.samples as f64 / total as f64),
+            };
+            let _ = write!(out, " {:>26}", format!("{p75}{mark} ({second})"));
+        }
+        out.push('\n');
+    }
     out
 }
