@@ -70,7 +70,7 @@ fn default_plan() -> Result<SteeringPlan, Box<dyn std::error::Error>> {
         ttl: Duration::from_secs(300),
         cohorts: vec![CohortPlan {
             cohort: CohortId::new("default")?,
-            networks: vec![NetworkKey::Global],
+            networks: [NetworkKey::Global].into(),
             weights,
         }],
     })

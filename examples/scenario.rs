@@ -568,16 +568,10 @@ pub fn describe(e: &JournalEntry) -> String {
         e.after
     );
     let ev = &e.evidence;
-    if !ev.scores.is_empty() {
+    if ev.has_scores() {
         let scores: Vec<String> = ev
-            .scores
-            .iter()
-            .map(|(p, s)| {
-                format!(
-                    "{p} p75 {s:.0} ms ({} samples)",
-                    ev.samples.get(p).copied().unwrap_or(0)
-                )
-            })
+            .scores()
+            .map(|(p, s)| format!("{p} p75 {s:.0} ms ({} samples)", ev.samples(p)))
             .collect();
         let _ = write!(line, "  [{}", scores.join(", "));
         if let Some(gap) = ev.gap_ms {
@@ -669,9 +663,10 @@ fn checks(
             && e.evidence.switching_back
             && e.after.get(cloudflare) > e.before.get(cloudflare)
     });
-    let explained = entries.iter().filter(|e| e.is_move()).all(|e| {
-        e.rule != Rule::Rum || (e.evidence.gap_ms.is_some() && !e.evidence.scores.is_empty())
-    });
+    let explained = entries
+        .iter()
+        .filter(|e| e.is_move())
+        .all(|e| e.rule != Rule::Rum || (e.evidence.gap_ms.is_some() && e.evidence.has_scores()));
     vec![
         (
             format!(

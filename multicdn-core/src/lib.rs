@@ -51,7 +51,7 @@ pub use clock::{Clock, ManualClock, Stopwatch, SystemClock, Timestamp};
 pub use error::Error;
 pub use event::{Event, HealthState, Severity};
 pub use id::{CohortId, IdError, ProviderId, RegionId};
-pub use network::{Continent, Country, NetworkKey};
+pub use network::{Continent, Country, NetworkKey, Networks};
 pub use policy::{Policy, PolicyError};
 pub use secret::Secret;
 pub use served_by::{CacheStatus, HeaderLookup, ServedBy, served_by};

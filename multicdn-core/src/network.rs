@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -212,6 +213,177 @@ impl<'de> Deserialize<'de> for NetworkKey {
     }
 }
 
+/// The networks a steering cohort covers: usually one (`AS7922`), sometimes a list (a region's
+/// countries).
+///
+/// Read it as a slice (`networks.contains(..)`, `*networks == [key]`, `for n in &networks`).
+/// Cloning is cheap whatever the length: one network is held in place and copied, a list is
+/// shared behind a reference count. A decision round copies every cohort it does not change,
+/// so this matters at a hundred thousand cohorts.
+#[derive(Clone)]
+pub struct Networks(NetworksRepr);
+
+#[derive(Clone)]
+enum NetworksRepr {
+    /// Exactly one network (the common case).
+    One(NetworkKey),
+    /// Any other number, shared.
+    Many(Arc<[NetworkKey]>),
+}
+
+impl Networks {
+    /// No networks.
+    pub fn empty() -> Networks {
+        Networks(NetworksRepr::Many(Arc::from([])))
+    }
+
+    /// One network.
+    pub const fn one(key: NetworkKey) -> Networks {
+        Networks(NetworksRepr::One(key))
+    }
+
+    /// The networks as a slice.
+    pub fn as_slice(&self) -> &[NetworkKey] {
+        match &self.0 {
+            NetworksRepr::One(key) => std::slice::from_ref(key),
+            NetworksRepr::Many(keys) => keys,
+        }
+    }
+}
+
+impl Default for Networks {
+    fn default() -> Networks {
+        Networks::empty()
+    }
+}
+
+impl std::ops::Deref for Networks {
+    type Target = [NetworkKey];
+
+    fn deref(&self) -> &[NetworkKey] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[NetworkKey]> for Networks {
+    fn as_ref(&self) -> &[NetworkKey] {
+        self.as_slice()
+    }
+}
+
+impl std::borrow::Borrow<[NetworkKey]> for Networks {
+    fn borrow(&self) -> &[NetworkKey] {
+        self.as_slice()
+    }
+}
+
+impl<'a> IntoIterator for &'a Networks {
+    type Item = &'a NetworkKey;
+    type IntoIter = std::slice::Iter<'a, NetworkKey>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl From<NetworkKey> for Networks {
+    fn from(key: NetworkKey) -> Networks {
+        Networks::one(key)
+    }
+}
+
+impl From<&[NetworkKey]> for Networks {
+    fn from(keys: &[NetworkKey]) -> Networks {
+        match keys {
+            [one] => Networks::one(*one),
+            _ => Networks(NetworksRepr::Many(Arc::from(keys))),
+        }
+    }
+}
+
+impl<const N: usize> From<[NetworkKey; N]> for Networks {
+    fn from(keys: [NetworkKey; N]) -> Networks {
+        Networks::from(&keys[..])
+    }
+}
+
+impl From<Vec<NetworkKey>> for Networks {
+    fn from(keys: Vec<NetworkKey>) -> Networks {
+        match keys.as_slice() {
+            [one] => Networks::one(*one),
+            _ => Networks(NetworksRepr::Many(Arc::from(keys))),
+        }
+    }
+}
+
+impl FromIterator<NetworkKey> for Networks {
+    fn from_iter<I: IntoIterator<Item = NetworkKey>>(iter: I) -> Networks {
+        Networks::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl fmt::Debug for Networks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.as_slice()).finish()
+    }
+}
+
+impl PartialEq for Networks {
+    fn eq(&self, other: &Networks) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Networks {}
+
+impl PartialEq<[NetworkKey]> for Networks {
+    fn eq(&self, other: &[NetworkKey]) -> bool {
+        self.as_slice() == other
+    }
+}
+
+impl PartialEq<Vec<NetworkKey>> for Networks {
+    fn eq(&self, other: &Vec<NetworkKey>) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl<const N: usize> PartialEq<[NetworkKey; N]> for Networks {
+    fn eq(&self, other: &[NetworkKey; N]) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl PartialOrd for Networks {
+    fn partial_cmp(&self, other: &Networks) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Networks {
+    fn cmp(&self, other: &Networks) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl std::hash::Hash for Networks {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
+    }
+}
+
+impl Serialize for Networks {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.as_slice())
+    }
+}
+
+impl<'de> Deserialize<'de> for Networks {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Vec::<NetworkKey>::deserialize(d).map(Networks::from)
+    }
+}
+
 impl Serialize for Country {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
@@ -282,6 +454,29 @@ mod tests {
             (0usize..7).prop_map(|i| NetworkKey::Continent(Continent::ALL[i])),
             Just(NetworkKey::Global),
         ]
+    }
+
+    #[test]
+    fn networks_read_as_a_slice_and_compare_by_content() {
+        let one = Networks::from(vec![NetworkKey::Asn(7922)]);
+        let also_one: Networks = [NetworkKey::Asn(7922)].into();
+        assert_eq!(one, also_one);
+        assert_eq!(one, [NetworkKey::Asn(7922)]);
+        assert!(one.contains(&NetworkKey::Asn(7922)));
+        let many: Networks = ["DE", "FR", "GB"]
+            .iter()
+            .map(|s| s.parse::<NetworkKey>().unwrap())
+            .collect();
+        assert_eq!(many.len(), 3);
+        assert_ne!(one, many);
+        assert!(Networks::empty().is_empty());
+        let json = serde_json::to_string(&many).unwrap();
+        assert_eq!(json, r#"["DE","FR","GB"]"#);
+        let back: Networks = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, many);
+        let single: Networks = serde_json::from_str(r#"["AS7922"]"#).unwrap();
+        assert_eq!(single, one);
+        assert_eq!(format!("{one:?}"), "[Asn(7922)]");
     }
 
     proptest! {

@@ -147,24 +147,26 @@ impl Weights {
         if moved == 0 || from == to {
             return (self.clone(), 0);
         }
-        let mut shares = self.shares.to_vec();
-        if !shares.iter().any(|(id, _)| id == to) {
-            shares.push((to.clone(), 0));
-            shares.sort_by(|a, b| a.0.cmp(&b.0));
-        }
-        for (id, share) in &mut shares {
-            if id == from {
-                *share -= moved;
+        let step = |(id, share): &(ProviderId, u32)| {
+            let share = if id == from {
+                share - moved
             } else if id == to {
-                *share += moved;
-            }
-        }
-        (
-            Weights {
-                shares: shares.into(),
-            },
-            moved,
-        )
+                share + moved
+            } else {
+                *share
+            };
+            (id.clone(), share)
+        };
+        let shares: Arc<[(ProviderId, u32)]> = if self.shares.iter().any(|(id, _)| id == to) {
+            // One allocation: the new shares are written straight into their shared slice.
+            self.shares.iter().map(step).collect()
+        } else {
+            let mut shares: Vec<_> = self.shares.iter().map(step).collect();
+            shares.push((to.clone(), moved));
+            shares.sort_by(|a, b| a.0.cmp(&b.0));
+            shares.into()
+        };
+        (Weights { shares }, moved)
     }
 
     /// The basis points that must move to turn `self` into `other`: half the sum of absolute

@@ -15,7 +15,7 @@
 //!     ttl: Duration::from_secs(30),
 //!     cohorts: vec![CohortPlan {
 //!         cohort: CohortId::new("default")?,
-//!         networks: vec![NetworkKey::Global],
+//!         networks: NetworkKey::Global.into(),
 //!         weights: Weights::single(fastly.clone()),
 //!     }],
 //! };
@@ -314,22 +314,22 @@ mod tests {
             cohorts: vec![
                 CohortPlan {
                     cohort: CohortId::new("comcast").unwrap(),
-                    networks: vec!["AS7922".parse().unwrap()],
+                    networks: ["AS7922".parse().unwrap()].into(),
                     weights: w(0.0),
                 },
                 CohortPlan {
                     cohort: CohortId::new("germany").unwrap(),
-                    networks: vec!["DE".parse().unwrap()],
+                    networks: ["DE".parse().unwrap()].into(),
                     weights: w(100.0),
                 },
                 CohortPlan {
                     cohort: CohortId::new("europe").unwrap(),
-                    networks: vec!["EU".parse().unwrap()],
+                    networks: ["EU".parse().unwrap()].into(),
                     weights: w(eu_fastly),
                 },
                 CohortPlan {
                     cohort: CohortId::new("default").unwrap(),
-                    networks: vec![NetworkKey::Global],
+                    networks: [NetworkKey::Global].into(),
                     weights: w(50.0),
                 },
             ],

@@ -390,7 +390,9 @@ async fn plans_ns1_cannot_express_send_nothing() {
     let mut unknown = plan(90.0);
     unknown.cohorts[1].weights = Weights::single(p("akamai"));
     let mut two_defaults = plan(90.0);
-    two_defaults.cohorts[1].networks.push("*".parse().unwrap());
+    let mut networks = two_defaults.cohorts[1].networks.to_vec();
+    networks.push("*".parse().unwrap());
+    two_defaults.cohorts[1].networks = networks.into();
     for (bad, says) in [
         (mixed, "mixes"),
         (outside, "outside the zone"),

@@ -403,7 +403,7 @@ async fn more_than_a_thousand_records_are_split_pools_first() {
         .iter()
         .map(|c| CohortPlan {
             cohort: CohortId::new(&format!("c-{}", c.to_ascii_lowercase())).unwrap(),
-            networks: vec![NetworkKey::Country(multicdn_core::Country::new(c).unwrap())],
+            networks: [NetworkKey::Country(multicdn_core::Country::new(c).unwrap())].into(),
             weights: weights.clone(),
         })
         .collect();

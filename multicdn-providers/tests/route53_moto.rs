@@ -112,7 +112,7 @@ async fn an_applied_plan_lists_back_with_the_same_weights_and_health_checks() {
             .cohort(&cohort.cohort)
             .unwrap_or_else(|| panic!("{} missing", cohort.cohort));
         assert_eq!(got.weights, cohort.weights, "{}", cohort.cohort);
-        let mut want = cohort.networks.clone();
+        let mut want = cohort.networks.to_vec();
         want.sort();
         assert_eq!(got.networks, want);
     }

@@ -21,9 +21,12 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use multicdn_core::{CohortId, NetworkKey, ProviderId, Timestamp, Weights};
+use multicdn_core::{CohortId, NetworkKey, Networks, ProviderId, Timestamp, Weights};
+
+use crate::engine::ProviderEvidence;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SteeringError;
@@ -65,39 +68,161 @@ pub enum Guardrail {
 }
 
 /// Why a rule fired: the numbers it saw.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+///
+/// The providers' scores and samples are the round's own input, shared rather than copied (a
+/// round that moves twenty thousand cohorts writes twenty thousand entries). In JSON they read
+/// as two maps: `"scores": {"fastly": 120.5}, "samples": {"fastly": 4210}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(from = "EvidenceFile", into = "EvidenceFile")]
 #[non_exhaustive]
 pub struct Evidence {
     /// The cut the scores were read at (`AS7922`, or a coarser fallback).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkKey>,
-    /// Each provider's score (lower is better), where it could be scored.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub scores: BTreeMap<ProviderId, f64>,
-    /// Each provider's samples.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub samples: BTreeMap<ProviderId, u64>,
+    /// Each provider's score (lower is better; `None` where it could not be scored) and its
+    /// samples. Read it with [`Evidence::scores`], [`Evidence::score`] and
+    /// [`Evidence::samples`].
+    pub providers: Arc<[ProviderEvidence]>,
     /// The gap that moved traffic, in score units (ms).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap_ms: Option<f64>,
     /// The gap as a share of the slower provider's score.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap_relative: Option<f64>,
     /// The absolute gap the rule required (raised by hysteresis when switching back).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_ms: Option<f64>,
     /// The relative gap the rule required.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_relative: Option<f64>,
     /// The move reverses the cohort's previous one (hysteresis applied).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub switching_back: bool,
     /// The guardrail that cut the move short.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capped_by: Option<Guardrail>,
     /// A sentence for people.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
+}
+
+impl Evidence {
+    /// The providers that could be scored, with their scores, in the order the input listed
+    /// them.
+    pub fn scores(&self) -> impl Iterator<Item = (&ProviderId, f64)> + '_ {
+        self.providers
+            .iter()
+            .filter_map(|e| e.score.map(|s| (&e.provider, s)))
+    }
+
+    /// `provider`'s score, when it could be scored.
+    pub fn score(&self, provider: &ProviderId) -> Option<f64> {
+        self.providers
+            .iter()
+            .find(|e| e.provider == *provider)
+            .and_then(|e| e.score)
+    }
+
+    /// `provider`'s samples (0 when it is not listed).
+    pub fn samples(&self, provider: &ProviderId) -> u64 {
+        self.providers
+            .iter()
+            .find(|e| e.provider == *provider)
+            .map_or(0, |e| e.samples)
+    }
+
+    /// True when some provider has a score.
+    pub fn has_scores(&self) -> bool {
+        self.providers.iter().any(|e| e.score.is_some())
+    }
+}
+
+impl PartialEq for Evidence {
+    /// Providers compare as a set: the same scores and samples in any order.
+    fn eq(&self, other: &Evidence) -> bool {
+        self.network == other.network
+            && self.providers.len() == other.providers.len()
+            && self
+                .providers
+                .iter()
+                .all(|e| other.providers.iter().any(|o| o == e))
+            && self.gap_ms == other.gap_ms
+            && self.gap_relative == other.gap_relative
+            && self.required_ms == other.required_ms
+            && self.required_relative == other.required_relative
+            && self.switching_back == other.switching_back
+            && self.capped_by == other.capped_by
+            && self.note == other.note
+    }
+}
+
+/// [`Evidence`] as written: the providers as two maps.
+#[derive(Serialize, Deserialize)]
+struct EvidenceFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    network: Option<NetworkKey>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    scores: BTreeMap<ProviderId, f64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    samples: BTreeMap<ProviderId, u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gap_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gap_relative: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    required_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    required_relative: Option<f64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    switching_back: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    capped_by: Option<Guardrail>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    note: String,
+}
+
+impl From<Evidence> for EvidenceFile {
+    fn from(e: Evidence) -> EvidenceFile {
+        EvidenceFile {
+            network: e.network,
+            scores: e.scores().map(|(p, s)| (p.clone(), s)).collect(),
+            samples: e
+                .providers
+                .iter()
+                .map(|p| (p.provider.clone(), p.samples))
+                .collect(),
+            gap_ms: e.gap_ms,
+            gap_relative: e.gap_relative,
+            required_ms: e.required_ms,
+            required_relative: e.required_relative,
+            switching_back: e.switching_back,
+            capped_by: e.capped_by,
+            note: e.note,
+        }
+    }
+}
+
+impl From<EvidenceFile> for Evidence {
+    fn from(mut f: EvidenceFile) -> Evidence {
+        let mut providers: Vec<ProviderEvidence> = f
+            .samples
+            .into_iter()
+            .map(|(provider, samples)| ProviderEvidence {
+                score: f.scores.remove(&provider),
+                provider,
+                samples,
+            })
+            .collect();
+        // A score written without its samples.
+        providers.extend(f.scores.into_iter().map(|(provider, s)| ProviderEvidence {
+            provider,
+            score: Some(s),
+            samples: 0,
+        }));
+        Evidence {
+            network: f.network,
+            providers: providers.into(),
+            gap_ms: f.gap_ms,
+            gap_relative: f.gap_relative,
+            required_ms: f.required_ms,
+            required_relative: f.required_relative,
+            switching_back: f.switching_back,
+            capped_by: f.capped_by,
+            note: f.note,
+        }
+    }
 }
 
 /// One change to one cohort.
@@ -108,7 +233,7 @@ pub struct JournalEntry {
     /// Which cohort.
     pub cohort: CohortId,
     /// The networks it covers.
-    pub networks: Vec<NetworkKey>,
+    pub networks: Networks,
     /// Weights before.
     pub before: Weights,
     /// Weights after.
@@ -154,10 +279,10 @@ impl JournalEntry {
     }
 
     /// The traffic-weighted score of `weights` under `scores` (only scored providers count).
-    fn blended(weights: &Weights, scores: &BTreeMap<ProviderId, f64>) -> Option<f64> {
+    fn blended(weights: &Weights, evidence: &Evidence) -> Option<f64> {
         let (mut sum, mut w) = (0.0, 0.0);
         for (p, bp) in weights.iter() {
-            if let Some(s) = scores.get(p) {
+            if let Some(s) = evidence.score(p) {
                 sum += f64::from(bp) * s;
                 w += f64::from(bp);
             }
@@ -183,8 +308,8 @@ impl fmt::Display for JournalEntry {
         let e = &self.evidence;
         let mut parts: Vec<String> = Vec::new();
         if let (Some(gap), Some(rel)) = (e.gap_ms, e.gap_relative) {
-            let mut by_score: Vec<(&ProviderId, &f64)> = e.scores.iter().collect();
-            by_score.sort_by(|a, b| a.1.total_cmp(b.1));
+            let mut by_score: Vec<(&ProviderId, f64)> = e.scores().collect();
+            by_score.sort_by(|a, b| a.1.total_cmp(&b.1));
             let scores = by_score
                 .iter()
                 .map(|(p, s)| format!("{p} {s:.1} ms"))
@@ -202,10 +327,9 @@ impl fmt::Display for JournalEntry {
                     ""
                 }
             ));
-        } else if !e.scores.is_empty() && !e.is_empty_note() {
+        } else if e.has_scores() && !e.is_empty_note() {
             parts.push(
-                e.scores
-                    .iter()
+                e.scores()
                     .map(|(p, s)| format!("{p} {s:.1} ms"))
                     .collect::<Vec<_>>()
                     .join(", "),
@@ -454,10 +578,10 @@ impl Journal {
             if e.is_move()
                 && matches!(e.rule, Rule::Rum | Rule::Pin | Rule::Recovery)
                 && let (Some(before), Some(later)) = (
-                    JournalEntry::blended(&e.before, &e.evidence.scores),
+                    JournalEntry::blended(&e.before, &e.evidence),
                     next_scored.get(&e.cohort),
                 )
-                && let Some(after) = JournalEntry::blended(&e.after, &later.evidence.scores)
+                && let Some(after) = JournalEntry::blended(&e.after, &later.evidence)
             {
                 out.push(Improvement {
                     cohort: e.cohort.clone(),
@@ -467,7 +591,7 @@ impl Journal {
                     after_ms: after,
                 });
             }
-            if !e.evidence.scores.is_empty() {
+            if e.evidence.has_scores() {
                 next_scored.insert(&e.cohort, e);
             }
         }
@@ -578,7 +702,7 @@ mod tests {
         JournalEntry {
             at: Timestamp::from_secs(at),
             cohort: CohortId::new(cohort).unwrap(),
-            networks: vec![cohort.to_uppercase().parse().unwrap_or(NetworkKey::Global)],
+            networks: Networks::one(cohort.to_uppercase().parse().unwrap_or(NetworkKey::Global)),
             before: w(before),
             after: w(after),
             rule: if before == after {
@@ -587,7 +711,14 @@ mod tests {
                 Rule::Rum
             },
             evidence: Evidence {
-                scores: [(p("a"), scores.0), (p("b"), scores.1)].into(),
+                providers: [(p("a"), scores.0), (p("b"), scores.1)]
+                    .into_iter()
+                    .map(|(provider, s)| ProviderEvidence {
+                        provider,
+                        score: Some(s),
+                        samples: 500,
+                    })
+                    .collect(),
                 ..Evidence::default()
             },
         }
@@ -648,6 +779,47 @@ mod tests {
         std::fs::write(&path, "{\"nope\":1}\n").unwrap();
         let err = Journal::load(&path).unwrap_err().to_string();
         assert!(err.contains("journal.jsonl:1"), "{err}");
+    }
+
+    #[test]
+    fn evidence_reads_as_scores_and_samples_maps() {
+        let mut e = entry(1, "as1", 5000, 7000, (120.5, 98.25));
+        // Listed out of order, with one provider that could not be scored.
+        e.evidence.providers = vec![
+            ProviderEvidence {
+                provider: p("b"),
+                score: Some(98.25),
+                samples: 4210,
+            },
+            ProviderEvidence {
+                provider: p("c"),
+                score: None,
+                samples: 12,
+            },
+            ProviderEvidence {
+                provider: p("a"),
+                score: Some(120.5),
+                samples: 3900,
+            },
+        ]
+        .into();
+        let json = serde_json::to_value(&e.evidence).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "scores": {"a": 120.5, "b": 98.25},
+                "samples": {"a": 3900, "b": 4210, "c": 12},
+            })
+        );
+        let back: Evidence = serde_json::from_value(json).unwrap();
+        assert_eq!(back, e.evidence, "the same providers, in any order");
+        assert_eq!(back.score(&p("c")), None);
+        assert_eq!(back.samples(&p("c")), 12);
+        assert_eq!(back.score(&p("b")), Some(98.25));
+        assert_eq!(back.samples(&p("zz")), 0);
+        let mut other = back.clone();
+        std::sync::Arc::make_mut(&mut other.providers)[0].samples += 1;
+        assert_ne!(other, e.evidence);
     }
 
     #[test]

@@ -709,7 +709,7 @@ impl Policy {
                 .filter_map(|(i, r)| {
                     Some(CohortPlan {
                         cohort: r.cohort_id(i),
-                        networks: r.networks.clone(),
+                        networks: r.networks.as_slice().into(),
                         weights: r.weights().ok()?,
                     })
                 })

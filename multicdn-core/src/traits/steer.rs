@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::id::{CohortId, ProviderId};
-use crate::network::NetworkKey;
+use crate::network::{NetworkKey, Networks};
 use crate::weights::Weights;
 
 /// One cohort's answer: the networks it covers and the split they get.
@@ -16,7 +16,7 @@ pub struct CohortPlan {
     /// The cohort's name (`europe`, `default`, `as7922`).
     pub cohort: CohortId,
     /// The networks it covers: countries, continents, ASNs, or `*` for the default.
-    pub networks: Vec<NetworkKey>,
+    pub networks: Networks,
     /// The split.
     pub weights: Weights,
 }

@@ -372,7 +372,7 @@ pub fn read_state(record: &Ns1Record, edges: &BTreeMap<ProviderId, String>) -> S
             };
             Some(CohortPlan {
                 cohort,
-                networks: networks_of(record.regions.get(&group)),
+                networks: networks_of(record.regions.get(&group)).into(),
                 weights,
             })
         })
@@ -415,17 +415,17 @@ mod tests {
             cohorts: vec![
                 CohortPlan {
                     cohort: CohortId::new("default").unwrap(),
-                    networks: vec![NetworkKey::Global],
+                    networks: [NetworkKey::Global].into(),
                     weights: w(50.0),
                 },
                 CohortPlan {
                     cohort: CohortId::new("europe").unwrap(),
-                    networks: vec!["EU".parse().unwrap(), "TR".parse().unwrap()],
+                    networks: ["EU".parse().unwrap(), "TR".parse().unwrap()].into(),
                     weights: w(100.0),
                 },
                 CohortPlan {
                     cohort: CohortId::new("comcast").unwrap(),
-                    networks: vec!["AS7922".parse().unwrap()],
+                    networks: ["AS7922".parse().unwrap()].into(),
                     weights: w(90.0),
                 },
             ],
@@ -505,7 +505,9 @@ mod tests {
     #[test]
     fn refuses_what_ns1_cannot_express() {
         let mut mixed = plan();
-        mixed.cohorts[2].networks.push("DE".parse().unwrap());
+        let mut networks = mixed.cohorts[2].networks.to_vec();
+        networks.push("DE".parse().unwrap());
+        mixed.cohorts[2].networks = networks.into();
         assert!(
             build_record(&mixed, &inputs())
                 .unwrap_err()
@@ -571,7 +573,8 @@ mod properties {
                     .enumerate()
                     .map(|(i, weights)| CohortPlan {
                         cohort: CohortId::new(&format!("c{i}")).unwrap(),
-                        networks: vec![if i + 1 == n { "*" } else { PLACES[i] }.parse().unwrap()],
+                        networks: [if i + 1 == n { "*" } else { PLACES[i] }.parse().unwrap()]
+                            .into(),
                         weights,
                     })
                     .collect(),

@@ -291,12 +291,12 @@ mod tests {
             cohorts: vec![
                 CohortPlan {
                     cohort: CohortId::new("europe").unwrap(),
-                    networks: vec!["DE".parse().unwrap(), "FR".parse().unwrap()],
+                    networks: ["DE".parse().unwrap(), "FR".parse().unwrap()].into(),
                     weights: w(eu_fastly),
                 },
                 CohortPlan {
                     cohort: CohortId::new("default").unwrap(),
-                    networks: vec!["*".parse().unwrap()],
+                    networks: ["*".parse().unwrap()].into(),
                     weights: w(50.0),
                 },
             ],
@@ -455,9 +455,9 @@ mod properties {
                 .map(|(i, weights)| CohortPlan {
                     cohort: CohortId::new(&format!("c{i}")).unwrap(),
                     networks: if i + 1 == n {
-                        vec![NetworkKey::Global]
+                        [NetworkKey::Global].into()
                     } else {
-                        vec![COUNTRIES[i].parse().unwrap()]
+                        vec![COUNTRIES[i].parse().unwrap()].into()
                     },
                     weights,
                 })

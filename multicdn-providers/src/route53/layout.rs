@@ -322,7 +322,7 @@ pub fn read_state(record: &str, sets: &[RecordSet]) -> SteeringState {
             networks.sort();
             Some(CohortPlan {
                 cohort,
-                networks,
+                networks: networks.into(),
                 weights: read_weights(values)?,
             })
         })

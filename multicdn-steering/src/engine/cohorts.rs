@@ -4,6 +4,7 @@
 //! the traffic that region serves: the networks it matches first, without the carved-out ASNs.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use multicdn_core::{CellStats, CohortId, NetworkKey, Policy, ProviderId, Scorer, SteeringPlan};
 
@@ -38,7 +39,7 @@ pub fn cohort_inputs(
 
     let score = |cohort: &CohortId,
                  views: Vec<(ProviderId, CellView, Option<f64>)>|
-     -> (Vec<ProviderEvidence>, u64) {
+     -> (Arc<[ProviderEvidence]>, u64) {
         let mut samples = 0;
         let evidence = views
             .into_iter()
@@ -54,7 +55,9 @@ pub fn cohort_inputs(
                         .status
                         .is_steerable()
                         .then(|| scorer.score(&p, &stats).value())
-                        .flatten(),
+                        .flatten()
+                        // To the microsecond: the journal cites these, and reads them back.
+                        .map(|s| (s * 1e3).round() / 1e3),
                     samples: stats.samples,
                     provider: p,
                 }
@@ -129,7 +132,7 @@ pub fn cohort_inputs(
             .or_else(|| default.clone());
         out.push(CohortInput {
             cohort: id,
-            networks: vec![NetworkKey::Asn(asn)],
+            networks: [NetworkKey::Asn(asn)].into(),
             parent,
             share: own_samples as f64 / total,
             cut: Some(cut),

@@ -46,11 +46,12 @@ pub mod state;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
+use std::sync::Arc;
 
 use multicdn_core::policy::{Pin, SteeringPolicy};
 use multicdn_core::{
-    CohortId, CohortPlan, HealthState, NetworkKey, Policy, ProviderId, SteeringPlan, TOTAL_BP,
-    Timestamp, Weights, weights::largest_remainder,
+    CohortId, CohortPlan, HealthState, NetworkKey, Networks, Policy, ProviderId, SteeringPlan,
+    TOTAL_BP, Timestamp, Weights, weights::largest_remainder,
 };
 use serde::{Deserialize, Serialize};
 
@@ -102,7 +103,7 @@ pub struct CohortInput {
     /// The cohort (`europe`, `as7922`).
     pub cohort: CohortId,
     /// The networks it covers.
-    pub networks: Vec<NetworkKey>,
+    pub networks: Networks,
     /// For cohorts carved out of a region: the region, whose weights they start from and whose
     /// static weights they fall back to.
     pub parent: Option<CohortId>,
@@ -110,8 +111,8 @@ pub struct CohortInput {
     pub share: f64,
     /// The cut the scores were read at.
     pub cut: Option<NetworkKey>,
-    /// Scores per provider.
-    pub evidence: Vec<ProviderEvidence>,
+    /// Scores per provider (shared with the journal entries that cite them).
+    pub evidence: Arc<[ProviderEvidence]>,
 }
 
 /// Everything one round reads.
@@ -347,11 +348,12 @@ fn fallback(
     }
 }
 
-/// One cohort of the round. Everything is borrowed from the inputs until it changes: most
-/// cohorts do not change in a round, and they cost no allocation until the plan is written.
+/// One cohort of the round, borrowed from the inputs. Its weights are taken (a reference count)
+/// when the rules first read them, so that the moves and the plan never go back to the weights
+/// in force: at a hundred thousand cohorts, every return trip to scattered memory shows.
 struct Work<'a> {
     id: &'a CohortId,
-    networks: &'a [NetworkKey],
+    networks: &'a Networks,
     input: Option<&'a CohortInput>,
     share: f64,
     w: Cow<'a, Weights>,
@@ -362,6 +364,8 @@ struct Work<'a> {
     /// The region it falls back to (written into its memory with the plan).
     parent: Option<&'a CohortId>,
     moved: bool,
+    /// Its weights (after any failover step) were under a floor when the round looked.
+    unfloored: bool,
 }
 
 impl Work<'_> {
@@ -380,17 +384,18 @@ impl Work<'_> {
 /// Where an optimizing rule wants a cohort.
 enum Goal<'a> {
     /// A split (pins, recovery).
-    Weights(Weights, Box<Evidence>),
-    /// A RUM step: `bp` from `from` to `to`, with the numbers that cleared the thresholds.
+    Weights(Weights),
+    /// A RUM step: `bp` from `from` to `to`, and the split after the whole step (made while
+    /// the cohort's weights are at hand; made again only when a guardrail cuts the step short).
     Shift {
         from: &'a ProviderId,
         to: &'a ProviderId,
         bp: u32,
-        facts: RumFacts,
+        after: Weights,
     },
 }
 
-/// The numbers behind a RUM move (made into [`Evidence`] only for moves that happen).
+/// The numbers behind a RUM move.
 #[derive(Clone, Copy)]
 struct RumFacts {
     gap: f64,
@@ -403,6 +408,8 @@ struct RumFacts {
 struct Proposal<'a> {
     work: usize,
     goal: Goal<'a>,
+    /// What the rule saw (the journal entry's evidence, if the move is made).
+    evidence: Evidence,
     rule: Rule,
     priority: u8,
     gap: f64,
@@ -428,8 +435,6 @@ struct Accepted {
     by: Option<Guardrail>,
     /// The split after it, for pins and recovery.
     after: Option<Weights>,
-    /// Its place in the journal (the guardrails' order).
-    place: usize,
 }
 
 type IdMap<'a, V> = HashMap<&'a CohortId, V, BuildHasherDefault<IdHasher>>;
@@ -509,6 +514,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         .unwrap_or_else(default_cohort_id);
     let pins: Vec<&Pin> = ctx.steering.pins.iter().filter(|p| now < p.until).collect();
     let pin_ids: Vec<CohortId> = pins.iter().map(|p| cohort_id_for(p.network)).collect();
+    let pin_networks: Vec<Networks> = pins.iter().map(|p| Networks::one(p.network)).collect();
     let mut current: IdMap<'_, &CohortPlan> = IdMap::default();
     for c in &inputs.current.cohorts {
         // Only regions: finer cohorts in force are found through `index` below.
@@ -556,6 +562,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 old,
                 own,
                 moved: false,
+                unfloored: false,
             });
         }
     }
@@ -630,6 +637,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                         own,
                         parent: None,
                         moved: false,
+                        unfloored: false,
                     });
                     work.len() - 1
                 }
@@ -643,7 +651,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         item.share = i.share;
         item.parent = i.parent.as_ref();
     }
-    for (pin, id) in pins.iter().zip(&pin_ids) {
+    for ((pin, id), networks) in pins.iter().zip(&pin_ids).zip(&pin_networks) {
         let exact = static_plan
             .cohorts
             .iter()
@@ -663,7 +671,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 let (old, own) = memory_of(id);
                 work.push(Work {
                     id,
-                    networks: std::slice::from_ref(&pin.network),
+                    networks,
                     input: None,
                     share: 0.0,
                     w: Cow::Borrowed(start),
@@ -672,6 +680,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                     own,
                     parent: Some(parent),
                     moved: false,
+                    unfloored: false,
                 });
             }
         }
@@ -693,6 +702,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             old,
             own,
             moved: false,
+            unfloored: false,
         });
     }
 
@@ -704,6 +714,14 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     for (wi, item) in work.iter_mut().enumerate() {
         // 1. Health failover.
         health(ctx, item, &mut journal);
+        // The weights are read here anyway: hold them now, and later rounds of this function
+        // (the moves, the plan) never go back to the weights in force.
+        if let Cow::Borrowed(w) = item.w {
+            item.w = Cow::Owned(w.clone());
+        }
+        // Floors are checked here, while the weights are at hand; a move is checked again
+        // after it is made.
+        item.unfloored = !meets_floors(ctx, &item.w);
         let settling = item
             .mem()
             .last_move
@@ -720,13 +738,11 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 let target = floored(ctx, &respect_down(ctx, &pw, &item.w));
                 (target != *item.w).then(|| Proposal {
                     work: wi,
-                    goal: Goal::Weights(
-                        target,
-                        Box::new(Evidence {
-                            note: format!("pinned until {}: {}", pin.until, pin.reason),
-                            ..evidence_of(item.input)
-                        }),
-                    ),
+                    goal: Goal::Weights(target),
+                    evidence: Evidence {
+                        note: format!("pinned until {}: {}", pin.until, pin.reason),
+                        ..evidence_of(item.input)
+                    },
                     rule: Rule::Pin,
                     priority: 0,
                     gap: 0.0,
@@ -751,13 +767,11 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 );
                 (target != *item.w).then(|| Proposal {
                     work: wi,
-                    goal: Goal::Weights(
-                        target,
-                        Box::new(Evidence {
-                            note: format!("every provider is up: back towards {goal}"),
-                            ..evidence_of(item.input)
-                        }),
-                    ),
+                    goal: Goal::Weights(target),
+                    evidence: Evidence {
+                        note: format!("every provider is up: back towards {goal}"),
+                        ..evidence_of(item.input)
+                    },
                     rule: Rule::Recovery,
                     priority: 1,
                     gap: 0.0,
@@ -772,7 +786,15 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                             from,
                             to,
                             bp,
-                            facts,
+                            after: item.w.shift(from, to, bp).0,
+                        },
+                        evidence: Evidence {
+                            gap_ms: Some(rounded(facts.gap, 1e3)),
+                            gap_relative: Some(rounded(facts.relative, 1e6)),
+                            required_ms: Some(rounded(facts.need_ms, 1e3)),
+                            required_relative: Some(rounded(facts.need_rel, 1e6)),
+                            switching_back: facts.switching_back,
+                            ..evidence_of(Some(input))
                         },
                         rule: Rule::Rum,
                         priority: 2,
@@ -787,7 +809,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             let wanted = match &p.goal {
                 // `bp` never exceeds what `from` has above its floor.
                 Goal::Shift { bp, .. } => *bp,
-                Goal::Weights(target, _) => moved_between(&item.w, target),
+                Goal::Weights(target) => moved_between(&item.w, target),
             };
             ranked.push(Ranked {
                 priority: p.priority,
@@ -806,9 +828,8 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     }
 
     // 7. Guardrails: pins first, then recovery, then the largest relative gaps. The caps are
-    // settled in that order on the small `Ranked` records; the moves are then made in cohort
-    // order (the cohorts' data is read in the order it lies in memory) and journaled in the
-    // guardrails' order.
+    // settled in that order on the small `Ranked` records; the moves are then made, and
+    // journaled, in cohort order (the plan's order, in which the cohorts' data lies in memory).
     ranked.sort_unstable_by(|a, b| {
         a.priority
             .cmp(&b.priority)
@@ -855,7 +876,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         let (moved, after) = match &p.goal {
             // A shift within what `from` has: all of `allowed` moves.
             Goal::Shift { .. } => (allowed, None),
-            Goal::Weights(target, _) => {
+            Goal::Weights(target) => {
                 let w = &work[r.work].w;
                 let after = step_towards(w, target, allowed);
                 (moved_between(w, &after), Some(after))
@@ -874,57 +895,50 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             allowed,
             by,
             after,
-            place: accepted.len(),
         });
     }
     drop(ranked);
     accepted.sort_unstable_by_key(|a| a.proposal);
-    let mut entries: Vec<Option<JournalEntry>> = Vec::with_capacity(accepted.len());
-    entries.resize_with(accepted.len(), || None);
+    journal.reserve(accepted.len());
     let mut accepted = accepted.into_iter().peekable();
     for (pi, p) in proposals.into_iter().enumerate() {
         let Some(Accepted {
-            allowed,
-            by,
-            after,
-            place,
-            ..
+            allowed, by, after, ..
         }) = accepted.next_if(|a| a.proposal == pi)
         else {
             continue;
         };
         let item = &mut work[p.work];
-        let (after, moved, direction, mut evidence) = match p.goal {
+        let mut evidence = p.evidence;
+        let (after, moved, direction) = match p.goal {
             Goal::Shift {
                 from,
                 to,
-                bp: _,
-                facts,
+                bp,
+                after: whole,
             } => {
-                let (after, moved) = item.w.shift(from, to, allowed);
-                let evidence = Evidence {
-                    gap_ms: Some(rounded(facts.gap, 1e3)),
-                    gap_relative: Some(rounded(facts.relative, 1e6)),
-                    required_ms: Some(rounded(facts.need_ms, 1e3)),
-                    required_relative: Some(rounded(facts.need_rel, 1e6)),
-                    switching_back: facts.switching_back,
-                    ..evidence_of(item.input)
+                // `bp` never exceeds what `from` has: the whole step moves all of it.
+                let (after, moved) = if allowed == bp {
+                    (whole, bp)
+                } else {
+                    item.w.shift(from, to, allowed)
                 };
-                (after, moved, Some((from.clone(), to.clone())), evidence)
+                (after, moved, Some((from.clone(), to.clone())))
             }
-            Goal::Weights(target, evidence) => {
+            Goal::Weights(target) => {
                 let after = after.unwrap_or_else(|| step_towards(&item.w, &target, allowed));
                 let moved = moved_between(&item.w, &after);
-                (after, moved, None, *evidence)
+                (after, moved, None)
             }
         };
         evidence.capped_by = by;
+        let before = std::mem::replace(&mut item.w, Cow::Owned(after.clone())).into_owned();
         let entry = JournalEntry {
             at: now,
             cohort: item.id.clone(),
-            networks: item.networks.to_vec(),
-            before: item.w.as_ref().clone(),
-            after: after.clone(),
+            networks: item.networks.clone(),
+            before,
+            after,
             rule: p.rule,
             evidence,
         };
@@ -934,22 +948,19 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         }
         mem.remeasure_due = true;
         mem.recent.push((now, moved));
-        entries[place] = Some(entry);
-        item.w = Cow::Owned(after);
+        journal.push(entry);
         item.moved = true;
         moved_cohorts += 1;
     }
-    journal.reserve(entries.len());
-    journal.extend(entries.into_iter().flatten());
 
     // 6. Floors that the weights in force did not meet (after a recovery, a hand edit).
     for item in &mut work {
-        if !meets_floors(ctx, &item.w) {
+        if (item.unfloored || item.moved) && !meets_floors(ctx, &item.w) {
             let fixed = floored(ctx, &item.w);
             journal.push(JournalEntry {
                 at: now,
                 cohort: item.id.clone(),
-                networks: item.networks.to_vec(),
+                networks: item.networks.clone(),
                 before: item.w.as_ref().clone(),
                 after: fixed.clone(),
                 rule: Rule::Floor,
@@ -975,7 +986,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             journal.push(JournalEntry {
                 at: now,
                 cohort: item.id.clone(),
-                networks: item.networks.to_vec(),
+                networks: item.networks.clone(),
                 before: item.w.as_ref().clone(),
                 after: item.w.as_ref().clone(),
                 rule: Rule::Remeasured,
@@ -1020,7 +1031,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         }
         cohorts.push(CohortPlan {
             cohort: item.id.clone(),
-            networks: item.networks.to_vec(),
+            networks: item.networks.clone(),
             weights: item.w.into_owned(),
         });
     }
@@ -1041,7 +1052,8 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     }
 }
 
-/// Evidence is rounded (to microseconds, to millionths) so it reads back from JSON exactly.
+/// The gaps cited as evidence are rounded (to microseconds, to millionths), as the inputs' scores
+/// are, so that the journal reads as people write numbers.
 fn rounded(x: f64, scale: f64) -> f64 {
     (x * scale).round() / scale
 }
@@ -1050,19 +1062,9 @@ fn evidence_of(input: Option<&CohortInput>) -> Evidence {
     let Some(input) = input else {
         return Evidence::default();
     };
-    // Inserted one by one: collecting would sort a temporary vector first.
-    let mut scores = BTreeMap::new();
-    let mut samples = BTreeMap::new();
-    for e in &input.evidence {
-        if let Some(s) = e.score {
-            scores.insert(e.provider.clone(), rounded(s, 1e3));
-        }
-        samples.insert(e.provider.clone(), e.samples);
-    }
     Evidence {
         network: input.cut,
-        scores,
-        samples,
+        providers: Arc::clone(&input.evidence),
         ..Evidence::default()
     }
 }
@@ -1112,7 +1114,7 @@ fn health(ctx: &Ctx<'_>, item: &mut Work<'_>, journal: &mut Vec<JournalEntry>) {
         journal.push(JournalEntry {
             at: ctx.now,
             cohort: item.id.clone(),
-            networks: item.networks.to_vec(),
+            networks: item.networks.clone(),
             before: item.w.as_ref().clone(),
             after: w.clone(),
             rule: Rule::Failover,
@@ -1306,7 +1308,7 @@ fn rum<'i>(
     let rum = ctx.rum;
     let mut slots: [(Option<&'i ProviderId>, f64); 8] = [(None, 0.0); 8];
     let mut n = 0;
-    for e in &input.evidence {
+    for e in input.evidence.iter() {
         if n == slots.len() {
             break;
         }

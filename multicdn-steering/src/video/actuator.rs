@@ -237,7 +237,7 @@ mod tests {
                 .into_iter()
                 .map(|(id, net, weights)| CohortPlan {
                     cohort: CohortId::new(id).unwrap(),
-                    networks: vec![net.parse().unwrap()],
+                    networks: [net.parse().unwrap()].into(),
                     weights,
                 })
                 .collect(),

@@ -32,7 +32,7 @@
 //!     ttl: Duration::from_secs(300),
 //!     cohorts: vec![CohortPlan {
 //!         cohort: CohortId::new("default")?,
-//!         networks: vec![NetworkKey::Global],
+//!         networks: NetworkKey::Global.into(),
 //!         weights,
 //!     }],
 //! };
