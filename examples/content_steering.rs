@@ -14,6 +14,9 @@
 //!
 //! Exit codes: 0 after Ctrl-C, 1 when the address cannot be bound or the policy cannot be read.
 
+#[path = "tools/common.rs"]
+mod common;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -186,19 +189,19 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", cli.listen))?;
     let addr = listener.local_addr()?;
-    println!("content steering for {} cohort(s):", plan.cohorts.len());
+    common::out!("content steering for {} cohort(s):", plan.cohorts.len());
     for c in &plan.cohorts {
-        println!("  {}: {}", c.cohort, c.weights);
+        common::out!("  {}: {}", c.cohort, c.weights);
     }
-    println!("HLS  manifest: http://{addr}/hls.json");
-    println!("DASH manifest: http://{addr}/dash.json");
-    println!("Ctrl-C to stop");
+    common::out!("HLS  manifest: http://{addr}/hls.json");
+    common::out!("DASH manifest: http://{addr}/dash.json");
+    common::out!("Ctrl-C to stop");
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await?;
-    println!("stopped");
+    common::out!("stopped");
     Ok(())
 }
 

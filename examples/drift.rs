@@ -101,28 +101,30 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
     if cli.json {
         let s = serde_json::to_string_pretty(&report)
             .map_err(|e| Fail::error(format!("error: writing JSON: {e}")))?;
-        println!("{s}");
+        common::out!("{s}");
     } else {
         let names: Vec<&str> = edges.iter().map(|e| e.provider.as_str()).collect();
-        println!(
+        common::out!(
             "{} paths through {} (baseline {})",
             report.paths,
             names.join(", "),
             names.first().copied().unwrap_or("-")
         );
         for d in &report.differences {
-            println!("{d}");
+            common::out!("{d}");
         }
         for f in &report.failures {
-            println!(
+            common::out!(
                 "FAILED {} through {}: {} (not compared)",
-                f.path, f.provider, f.reason
+                f.path,
+                f.provider,
+                f.reason
             );
         }
         if report.is_clean() {
-            println!("no drift: every edge answered alike");
+            common::out!("no drift: every edge answered alike");
         } else {
-            println!(
+            common::out!(
                 "{} difference(s), {} failed fetch(es)",
                 report.differences.len(),
                 report.failures.len()

@@ -17,6 +17,9 @@
 //! cannot be written); 2 invalid (every problem printed with file:line:column and the field),
 //! or a rendering refused (strict mode, or a never-cached route a provider cannot express).
 
+#[path = "tools/common.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -93,7 +96,7 @@ fn main() -> ExitCode {
 fn check(path: &Path) -> ExitCode {
     match Policy::load(path) {
         Ok(policy) => {
-            print!(
+            common::out_part!(
                 "{}",
                 multicdn_examples::summary::policy_summary(&policy, path)
             );
@@ -198,7 +201,7 @@ fn render(path: &Path, vendor: Vendor, strict: bool, out: Option<&Path>) -> Exit
                     eprintln!("error: cannot write {}: {e}", file.display());
                     return ExitCode::from(1);
                 }
-                println!("wrote {}", file.display());
+                common::out!("wrote {}", file.display());
             }
         }
         None => {
@@ -206,11 +209,11 @@ fn render(path: &Path, vendor: Vendor, strict: bool, out: Option<&Path>) -> Exit
             for (i, r) in rendered.iter().enumerate() {
                 if headers {
                     if i > 0 {
-                        println!();
+                        common::out!();
                     }
-                    println!("==> {} <==", r.file);
+                    common::out!("==> {} <==", r.file);
                 }
-                print!("{}", r.text);
+                common::out_part!("{}", r.text);
             }
         }
     }

@@ -150,11 +150,11 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
             "down": results.iter().filter(|r| r.verdict.is_down()).map(|r| &r.provider).collect::<Vec<_>>(),
         });
         match serde_json::to_string_pretty(&doc) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => common::out!("{s}"),
             Err(e) => return Err(Fail::error(format!("error: writing JSON: {e}"))),
         }
     } else {
-        println!(
+        common::out!(
             "{} runners ({}), quorum {quorum_needed}",
             runners.len(),
             runners
@@ -171,10 +171,14 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
 }
 
 fn print_table(r: &ProviderResult, quorum: usize) {
-    println!("\n{}  GET {}", r.provider, r.url);
-    println!(
+    common::out!("\n{}  GET {}", r.provider, r.url);
+    common::out!(
         "  {:<14} {:<6} {:>6} {:>9}  {:<22} reason",
-        "runner", "result", "status", "latency", "served-by"
+        "runner",
+        "result",
+        "status",
+        "latency",
+        "served-by"
     );
     for o in &r.observations {
         let (result, reason) = match &o.outcome {
@@ -186,7 +190,7 @@ fn print_table(r: &ProviderResult, quorum: usize) {
             .served_by
             .as_ref()
             .map_or("-".to_owned(), |s| s.to_string());
-        println!(
+        common::out!(
             "  {:<14} {result:<6} {status:>6} {:>9}  {served:<22} {reason}",
             o.runner.as_str(),
             ms(o.latency)
@@ -211,5 +215,5 @@ fn print_table(r: &ProviderResult, quorum: usize) {
             "no verdict: {passing} of {total} runners pass, neither side reaches the quorum of {quorum}"
         ),
     };
-    println!("  verdict: {} {verdict}", r.provider);
+    common::out!("  verdict: {} {verdict}", r.provider);
 }

@@ -191,7 +191,7 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
     let mut items: Vec<&String> = request.scope.items().iter().collect();
     items.sort();
     items.dedup();
-    println!(
+    common::out!(
         "purge {kind}{}{}: {}",
         if request.soft { " (soft)" } else { "" },
         if cli.dry_run { ", dry run" } else { "" },
@@ -218,7 +218,7 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
             for r in &report.receipts {
                 print_receipt(r);
             }
-            println!(
+            common::out!(
                 "worst case: {} (slowest {}); the CDNs may disagree for that long. Ideal by the documented limits: {}",
                 ms(report.worst_acknowledged_in),
                 report
@@ -239,7 +239,7 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
                 print_receipt(r);
             }
             for f in &failures {
-                println!(
+                common::out!(
                     "{:<12} MISSED {} {}: {}",
                     f.provider.as_str(),
                     f.missed.len(),
@@ -247,10 +247,10 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
                     f.error
                 );
                 if !f.missed.is_empty() {
-                    println!("{:<12}   not purged: {}", "", f.missed.join(", "));
+                    common::out!("{:<12}   not purged: {}", "", f.missed.join(", "));
                 }
                 if let Some(a) = &f.acknowledged {
-                    println!(
+                    common::out!(
                         "{:<12}   acknowledged before failing: {} item(s), ids {}",
                         "",
                         a.items,
@@ -276,7 +276,7 @@ fn print_receipt(r: &PurgeReceipt) {
     } else {
         r.purge_ids.join(", ")
     };
-    println!(
+    common::out!(
         "{:<12} ok: {} item(s) in {} request(s), {} attempt(s), acknowledged in {}; purge ids {ids}",
         r.provider.as_str(),
         r.items,
@@ -292,7 +292,7 @@ fn dry_run(fanout: &PurgeFanout, request: &PurgeRequest, items: usize) -> Result
     for m in fanout.members() {
         let provider = m.provider();
         if let Err(feature) = m.pacing().check(request) {
-            println!("{:<12} REFUSED: {feature}", provider.as_str());
+            common::out!("{:<12} REFUSED: {feature}", provider.as_str());
             refused.push(format!("{provider}: {feature}"));
             continue;
         }
@@ -304,7 +304,7 @@ fn dry_run(fanout: &PurgeFanout, request: &PurgeRequest, items: usize) -> Result
             .iter()
             .find(|(p, _)| p == provider)
             .map_or(Duration::ZERO, |(_, t)| *t);
-        println!(
+        common::out!(
             "{:<12} {} batch(es) of up to {} item(s): {requests} request(s), at least {} by its documented limits",
             provider.as_str(),
             requests,
@@ -319,7 +319,7 @@ fn dry_run(fanout: &PurgeFanout, request: &PurgeRequest, items: usize) -> Result
         )));
     }
     if let Some((slowest, t)) = ideal.first() {
-        println!(
+        common::out!(
             "ideal fan-out time: {} ({slowest} is the slowest); nothing was sent",
             ms(*t)
         );

@@ -11,6 +11,9 @@
 //! each provider's share), the loop's own health, and checks that each part of the story
 //! happened. Exit 0 when they all did, 1 when one did not, 2 when it could not start.
 
+#[path = "tools/common.rs"]
+mod common;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -52,7 +55,7 @@ async fn main() -> ExitCode {
         seed: cli.seed,
         verbose: cli.verbose,
     };
-    println!(
+    common::out!(
         "multicdn quickstart: two emulated CDNs on loopback, {} simulated hours\n",
         cli.hours
     );
@@ -63,12 +66,12 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    println!("== timeline (from the journal and the health events)");
+    common::out!("== timeline (from the journal and the health events)");
     for line in &report.timeline {
-        println!("{}  {}", offset(report.start, line.at), line.text);
+        common::out!("{}  {}", offset(report.start, line.at), line.text);
     }
-    println!("\n== dashboard: p75 TTFB by provider by country, last hour (share of requests)");
-    print!("{}", report.dashboard);
+    common::out!("\n== dashboard: p75 TTFB by provider by country, last hour (share of requests)");
+    common::out_part!("{}", report.dashboard);
     let end = report.timeline.last().map(|l| l.at).unwrap_or(report.start);
     let health = report.journal.loop_health(
         report.start,
@@ -76,16 +79,16 @@ async fn main() -> ExitCode {
         std::time::Duration::from_secs(4 * 3600),
         3,
     );
-    println!("\n== loop health");
+    common::out!("\n== loop health");
     let by_rule: Vec<String> = health
         .by_rule
         .iter()
         .map(|(rule, n)| format!("{rule:?} {n}").to_lowercase())
         .collect();
-    println!("moves: {} ({})", health.moves, by_rule.join(", "));
-    println!("oscillating cohorts: {}", health.oscillating.len());
+    common::out!("moves: {} ({})", health.moves, by_rule.join(", "));
+    common::out!("oscillating cohorts: {}", health.oscillating.len());
     if let Some(mean) = health.mean_gain_ms {
-        println!(
+        common::out!(
             "realized improvement: {} moves measured again after settling, mean gain {mean:.1} ms",
             health.improvements.len()
         );
@@ -93,7 +96,7 @@ async fn main() -> ExitCode {
     let mut best = health.improvements.clone();
     best.sort_by(|a, b| b.gain_ms().total_cmp(&a.gain_ms()));
     for i in best.iter().take(3) {
-        println!(
+        common::out!(
             "  {} moved at {}: {:.0} ms -> {:.0} ms ({:.0} ms better)",
             i.cohort,
             offset(report.start, i.moved_at),
@@ -104,19 +107,19 @@ async fn main() -> ExitCode {
     }
     if let Some(path) = &cli.journal {
         match JournalFile::open(path).and_then(|mut f| f.append(report.journal.entries())) {
-            Ok(()) => println!("journal written to {}", path.display()),
+            Ok(()) => common::out!("journal written to {}", path.display()),
             Err(e) => {
                 eprintln!("error: writing the journal: {e}");
                 return ExitCode::from(2);
             }
         }
     }
-    println!("\n== checks");
+    common::out!("\n== checks");
     for (what, ok) in &report.checks {
-        println!("{} {what}", if *ok { "ok  " } else { "FAIL" });
+        common::out!("{} {what}", if *ok { "ok  " } else { "FAIL" });
     }
     if report.all_held() {
-        println!("\nevery part of the story happened; see examples/scenario.rs for the script");
+        common::out!("\nevery part of the story happened; see examples/scenario.rs for the script");
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -168,20 +168,24 @@ fn run(cli: Cli) -> Result<u8, Fail> {
     };
     let snapshot = board.snapshot(now, window);
 
-    println!(
+    common::out!(
         "{} lines: {} beacons, {} samples ({} clamped to the plausible maximum, {} without a known network)",
-        report.lines, report.beacons, report.samples, report.clamped, report.unresolved
+        report.lines,
+        report.beacons,
+        report.samples,
+        report.clamped,
+        report.unresolved
     );
     let bad = report.bad_lines();
     if bad.is_empty() {
-        println!("skipped: none");
+        common::out!("skipped: none");
     } else {
-        println!("skipped {} line(s):", report.bad_total());
+        common::out!("skipped {} line(s):", report.bad_total());
         for (reason, n) in &bad {
-            println!("  {n:>6}  {reason}");
+            common::out!("  {n:>6}  {reason}");
         }
         for (line, reason, detail) in report.examples.iter().take(5) {
-            println!("  line {line}: {reason}: {detail}");
+            common::out!("  line {line}: {reason}: {detail}");
         }
     }
     if report.beacons == 0 {
@@ -189,11 +193,11 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         return Ok(FINDING);
     }
 
-    println!(
+    common::out!(
         "\n== dashboard: p75 TTFB by provider by country, {} ending {now} (share of requests; * fewer than {min_samples} samples)",
         humantime::format_duration(window)
     );
-    print!("{}", dashboard(&snapshot, Metric::Ttfb, &providers));
+    common::out_part!("{}", dashboard(&snapshot, Metric::Ttfb, &providers));
     let probes: u64 = providers
         .iter()
         .map(|p| {
@@ -204,8 +208,8 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         })
         .sum();
     if probes > 0 {
-        println!("\n== probe beacons: p75 fetch time by provider by country (availability)");
-        print!("{}", dashboard(&snapshot, Metric::Probe, &providers));
+        common::out!("\n== probe beacons: p75 fetch time by provider by country (availability)");
+        common::out_part!("{}", dashboard(&snapshot, Metric::Probe, &providers));
     }
     Ok(OK)
 }

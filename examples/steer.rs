@@ -144,7 +144,7 @@ fn edges(policy: &Policy) -> BTreeMap<ProviderId, String> {
 async fn run(action: Action, args: Common) -> Result<u8, Fail> {
     let policy = common::load_policy(&args.policy)?;
     let plan = policy.static_plan();
-    println!(
+    common::out!(
         "static plan for {} (ttl {}s): {}",
         plan.record,
         plan.ttl.as_secs(),
@@ -207,9 +207,9 @@ async fn route53(
                 args.policy.display()
             ))
         })?;
-        println!("{} record sets:", sets.len());
+        common::out!("{} record sets:", sets.len());
         for s in &sets {
-            println!("  {}", describe_set(s));
+            common::out!("  {}", describe_set(s));
         }
         return Ok(OK);
     }
@@ -228,7 +228,7 @@ async fn route53(
                 .create_hosted_zone(&policy.steering.zone, &reference)
                 .await
                 .map_err(vendor_error)?;
-            println!("created hosted zone {} for {}", id, policy.steering.zone);
+            common::out!("created hosted zone {} for {}", id, policy.steering.zone);
             id
         }
         (None, false) => {
@@ -241,7 +241,7 @@ async fn route53(
     match action {
         Action::Diff => {
             let diff = steerer.dry_run(plan).await.map_err(vendor_error)?;
-            print!("{diff}");
+            common::out_part!("{diff}");
             Ok(if diff.is_empty() { OK } else { FINDING })
         }
         _ => {
@@ -253,10 +253,10 @@ async fn route53(
                 .await
                 .map_err(vendor_error)?;
             if diff.is_empty() {
-                println!("nothing to change: Route 53 already answers as the plan says");
+                common::out!("nothing to change: Route 53 already answers as the plan says");
             } else {
-                print!("{diff}");
-                println!(
+                common::out_part!("{diff}");
+                common::out!(
                     "applied {} change(s) to zone {zone_id}{}",
                     diff.changes.len(),
                     if args.wait { " (in sync)" } else { "" }
@@ -292,7 +292,7 @@ async fn ns1(
         })?;
         let json = serde_json::to_string_pretty(&record)
             .map_err(|e| Fail::error(format!("error: writing JSON: {e}")))?;
-        println!("{json}");
+        common::out!("{json}");
         return Ok(OK);
     }
     let endpoint = args.endpoint.as_deref().unwrap_or(ns1::DEFAULT_BASE);
@@ -302,7 +302,7 @@ async fn ns1(
     match action {
         Action::Diff => {
             let diff = steerer.dry_run(plan).await.map_err(vendor_error)?;
-            print!("{diff}");
+            common::out_part!("{diff}");
             Ok(if diff.is_empty() { OK } else { FINDING })
         }
         _ => {
@@ -311,12 +311,12 @@ async fn ns1(
                 .wait_for_sync(args.wait);
             let preview = steerer.dry_run(plan).await.map_err(vendor_error)?;
             if preview.is_empty() {
-                println!("nothing to change: NS1 already answers as the plan says");
+                common::out!("nothing to change: NS1 already answers as the plan says");
                 return Ok(OK);
             }
-            print!("{preview}");
+            common::out_part!("{preview}");
             let diff = steerer.apply(plan, &options).await.map_err(vendor_error)?;
-            println!(
+            common::out!(
                 "applied {} {}: {} cohort(s) changed weights",
                 preview.record.domain,
                 preview.record.rtype,

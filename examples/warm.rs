@@ -145,14 +145,14 @@ async fn down_providers(
             .collect();
         let failing = mine.iter().filter(|o| !o.passed()).count();
         if quorum.decide(now, mine.iter().copied()).is_down() {
-            println!(
+            common::out!(
                 "health: {} is down ({failing} of {} runners fail it); it will not be warmed",
                 t.provider,
                 mine.len()
             );
             down.insert(t.provider.clone());
         } else {
-            println!(
+            common::out!(
                 "health: {} in service ({failing} of {} runners fail it)",
                 t.provider,
                 mine.len()
@@ -211,16 +211,21 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
         .await;
     bar.finish_and_clear();
 
-    println!(
+    common::out!(
         "{:<12} {:>8} {:>8} {:>8} {:>9} {:>9}",
-        "provider", "requests", "non-2xx", "failed", "mean", "p90"
+        "provider",
+        "requests",
+        "non-2xx",
+        "failed",
+        "mean",
+        "p90"
     );
     let mut finding = false;
     for p in &report.providers {
         match &p.outcome {
             WarmOutcome::Warmed(s) => {
                 finding |= s.non_2xx > 0 || s.failed > 0;
-                println!(
+                common::out!(
                     "{:<12} {:>8} {:>8} {:>8} {:>9} {:>9}",
                     p.provider.as_str(),
                     s.requests,
@@ -232,14 +237,14 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
             }
             WarmOutcome::SkippedDown => {
                 finding = true;
-                println!(
+                common::out!(
                     "{:<12} SKIPPED: health says it is down",
                     p.provider.as_str()
                 );
             }
             _ => {
                 finding = true;
-                println!("{:<12} not warmed", p.provider.as_str());
+                common::out!("{:<12} not warmed", p.provider.as_str());
             }
         }
     }

@@ -124,6 +124,21 @@ fn every_example_answers_help() {
 }
 
 #[test]
+fn a_reader_that_stops_early_ends_a_tool_quietly() {
+    // `policy render ... | head -0`: the reader is gone before the tool writes.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(example("policy"))
+        .args(["render", &policy()])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(code(&out), 141, "{err}");
+}
+
+#[test]
 fn quickstart_plays_the_whole_story() {
     let out = run("quickstart", &[], &[]);
     let text = stdout(&out);

@@ -19,6 +19,46 @@ pub(crate) const FINDING: u8 = 1;
 /// Exit code: the tool could not do its job (usage, policy, credentials, transport setup).
 pub(crate) const ERROR: u8 = 2;
 
+/// Exit code: stdout was closed early (`tool | head`), as a shell reports a closed pipe.
+pub(crate) const CLOSED_PIPE: u8 = 141;
+
+/// `println!` for tools: a reader that stops early (`tool | head`) ends the tool quietly (exit
+/// code 141, as a shell reports a closed pipe) instead of a panic; any other failure to write
+/// is reported on stderr (exit 2).
+#[allow(unused_macros)] // each tool uses a different part
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            $crate::common::stdout_failed(&e);
+        }
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use out;
+
+/// `print!` for tools, with [`out!`]'s handling of a closed pipe.
+#[allow(unused_macros)]
+macro_rules! out_part {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout().lock(), $($arg)*) {
+            $crate::common::stdout_failed(&e);
+        }
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use out_part;
+
+/// Ends the tool after a failed write to stdout.
+pub(crate) fn stdout_failed(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(i32::from(CLOSED_PIPE));
+    }
+    eprintln!("error: writing to stdout: {e}");
+    std::process::exit(i32::from(ERROR));
+}
+
 /// A failure that stops a tool, with its exit code; the message goes to stderr.
 #[derive(Debug)]
 pub(crate) struct Fail {
