@@ -10,10 +10,12 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use multicdn_core::{Error, Event, ManualClock, PurgeRequest, PurgeScope, Stopwatch, Timestamp};
+use multicdn_core::{
+    Error, Event, ManualClock, ProviderId, PurgeRequest, PurgeScope, Stopwatch, Timestamp,
+};
 use multicdn_providers::cloudflare::CloudflareLimits;
 use multicdn_providers::fanout::{
-    EventSink, FanoutError, FanoutMember, PurgeFanout, QueueProgress,
+    EventSink, FanoutError, FanoutMember, Outstanding, PurgeFanout, QueueProgress,
 };
 use multicdn_providers::fastly::FastlyLimits;
 use multicdn_providers::http::RateLimit;
@@ -549,6 +551,45 @@ async fn a_missed_purge_retried_successfully_is_recovered_once_and_leaves_nothin
     let f2 = fastly_ok(1).await;
     let calm = PurgeFanout::new(members(&f2.uri(), &cf.uri()));
     assert!(calm.purge(&request).await.unwrap().recovered.is_empty());
+}
+
+#[tokio::test]
+async fn misses_kept_across_a_restart_are_restored_and_retried() {
+    let f = fastly_ok(1).await;
+    let cf = cloudflare_failing_then_ok(1).await;
+    let before = PurgeFanout::new(members(&f.uri(), &cf.uri()));
+    let request = PurgeRequest::tags(["price-1", "price-2"]);
+    assert!(before.purge(&request).await.is_err());
+    // What a service writes down before it stops...
+    let kept = serde_json::to_string(&before.outstanding()).unwrap();
+    drop(before);
+
+    // ...and hands to the fan-out of the process that replaces it.
+    let after = PurgeFanout::new(members(&f.uri(), &cf.uri()));
+    let record: std::collections::BTreeMap<ProviderId, Outstanding> =
+        serde_json::from_str(&kept).unwrap();
+    assert_eq!(after.restore(&record).unwrap(), [pid("cloudflare")]);
+    assert_eq!(
+        after.outstanding()[&pid("cloudflare")].requests(),
+        std::slice::from_ref(&request)
+    );
+    let report = after.retry_missed().await.unwrap();
+    assert_eq!(report.recovered, [pid("cloudflare")]);
+    assert_eq!(
+        report.receipts.len(),
+        1,
+        "only Cloudflare was sent anything"
+    );
+    assert_eq!(report.receipts[0].items, 2);
+    assert!(after.outstanding().is_empty());
+
+    // Misses of a provider the fan-out cannot purge are refused, and nothing is restored.
+    let mut stray = record.clone();
+    stray.insert(pid("akamai"), record[&pid("cloudflare")].clone());
+    let err = after.restore(&stray).unwrap_err();
+    assert_eq!(err.providers, [pid("akamai")]);
+    assert!(err.to_string().contains("akamai"), "{err}");
+    assert!(after.outstanding().is_empty());
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use multicdn_core::{PurgeRequest, PurgeScope};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Items of one kind, each with whether a hard purge of it was missed (`true`) or only soft
 /// ones (`false`).
@@ -16,6 +17,12 @@ type Items = BTreeMap<String, bool>;
 /// or a purge of everything. A soft purge clears only what was missed soft (content marked
 /// stale is not content evicted); a hard purge clears both. A missed purge of everything
 /// stands for every item missed with it or before it that it covers.
+///
+/// It serialises as the purges that would clear it ([`Outstanding::requests`]), so that a
+/// service can keep it across restarts and hand it back with [`PurgeFanout::restore`]: a miss
+/// must not be forgotten because the process that saw it stopped.
+///
+/// [`PurgeFanout::restore`]: super::PurgeFanout::restore
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Outstanding {
     /// `Some(hard)` when a purge of everything was missed.
@@ -129,6 +136,40 @@ impl Outstanding {
     }
 }
 
+impl Outstanding {
+    /// What missing every one of `requests` leaves outstanding (the inverse of
+    /// [`Outstanding::requests`]).
+    pub fn from_requests<'a>(requests: impl IntoIterator<Item = &'a PurgeRequest>) -> Outstanding {
+        let mut o = Outstanding::default();
+        for r in requests {
+            let items = r.scope.items().to_vec();
+            o.missed(r, &items);
+        }
+        o
+    }
+
+    /// Adds everything `other` has outstanding.
+    pub(crate) fn merge(&mut self, other: &Outstanding) {
+        for r in other.requests() {
+            let items = r.scope.items().to_vec();
+            self.missed(&r, &items);
+        }
+    }
+}
+
+impl Serialize for Outstanding {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.requests().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Outstanding {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let requests = Vec::<PurgeRequest>::deserialize(d)?;
+        Ok(Outstanding::from_requests(&requests))
+    }
+}
+
 /// The scope of a kind, empty.
 fn scope_of(kind: &str) -> Option<PurgeScope> {
     match kind {
@@ -214,6 +255,28 @@ mod tests {
         assert!(o.is_empty());
     }
 
+    #[test]
+    fn serialises_as_the_purges_that_clear_it() {
+        let mut o = Outstanding::default();
+        o.missed(&PurgeRequest::tags(["a", "b"]), &v(&["a", "b"]));
+        o.missed(
+            &PurgeRequest::urls(["https://x/1"]).soft(),
+            &v(&["https://x/1"]),
+        );
+        let json = serde_json::to_value(&o).unwrap();
+        assert_eq!(
+            json,
+            serde_json::to_value([
+                PurgeRequest::tags(["a", "b"]),
+                PurgeRequest::urls(["https://x/1"]).soft(),
+            ])
+            .unwrap()
+        );
+        let back: Outstanding = serde_json::from_value(json).unwrap();
+        assert_eq!(back, o);
+        assert!(serde_json::from_str::<Outstanding>("{\"tags\": 1}").is_err());
+    }
+
     fn arb_request() -> impl Strategy<Value = (PurgeRequest, Vec<String>)> {
         let items = proptest::collection::vec("[a-d]", 0..4);
         (0u8..3, items, any::<bool>()).prop_map(|(kind, items, soft)| {
@@ -246,6 +309,23 @@ mod tests {
                 o.acknowledged(&r, &items);
             }
             prop_assert!(o.is_empty(), "{:?}", o);
+        }
+
+        #[test]
+        fn reads_back_what_it_wrote(
+            steps in proptest::collection::vec((arb_request(), any::<bool>()), 0..12),
+        ) {
+            let mut o = Outstanding::default();
+            for ((request, items), missed) in &steps {
+                if *missed {
+                    o.missed(request, items);
+                } else {
+                    o.acknowledged(request, items);
+                }
+            }
+            let json = serde_json::to_string(&o).unwrap();
+            let back: Outstanding = serde_json::from_str(&json).unwrap();
+            prop_assert_eq!(back, o);
         }
     }
 }

@@ -33,7 +33,10 @@
 //! [`PurgeFanout::retry_missed`] re-sends exactly what each behind provider missed, by kind,
 //! to that provider only (batched, paced and retried as any purge); providers in step are
 //! sent nothing. The record lives in memory, shared by clones of the fan-out, and is updated
-//! as each provider's answers arrive; it does not outlive the process.
+//! as each provider's answers arrive. To keep it across a restart, write
+//! [`PurgeFanout::outstanding`] down (each [`Outstanding`] serialises as the purges that would
+//! clear it) and hand it to the next process's fan-out with [`PurgeFanout::restore`], which
+//! returns the providers to demote at startup.
 //!
 //! [`PurgeFanout::purge_queued`] is for large imports: thousands of tags fed through at the
 //! slowest provider's ceiling (every provider's budgets at once, so none is sent faster than
@@ -285,6 +288,26 @@ pub enum FanoutError {
     },
 }
 
+/// [`PurgeFanout::restore`] was handed misses of providers it has no member for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot restore missed purges of {}: no member of this fan-out purges {}",
+    names(.providers),
+    if .providers.len() == 1 { "it" } else { "them" }
+)]
+pub struct UnknownProviders {
+    /// The providers, in order.
+    pub providers: Vec<ProviderId>,
+}
+
+fn names(providers: &[ProviderId]) -> String {
+    providers
+        .iter()
+        .map(ProviderId::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl FanoutError {
     /// The providers that missed the purge (none when it was refused).
     pub fn failed_providers(&self) -> Vec<&ProviderId> {
@@ -489,6 +512,37 @@ impl PurgeFanout {
     /// listed.
     pub fn outstanding(&self) -> BTreeMap<ProviderId, Outstanding> {
         self.record().clone()
+    }
+
+    /// Takes back what providers had outstanding, as [`PurgeFanout::outstanding`] returned it
+    /// and a service kept across a restart (it serialises as the purges that would clear it):
+    /// a miss must not be forgotten because the process that saw it stopped. It is added to
+    /// what this fan-out already has; [`PurgeFanout::retry_missed`] re-sends it, and a purge
+    /// that covers it clears it, as for a miss seen here. No event is emitted (the miss was
+    /// reported when it happened); the returned list is every provider now behind, to demote
+    /// at startup.
+    ///
+    /// A provider this fan-out has no member for is refused, and nothing is restored: its
+    /// misses could never be retried.
+    pub fn restore(
+        &self,
+        record: &BTreeMap<ProviderId, Outstanding>,
+    ) -> Result<Vec<ProviderId>, UnknownProviders> {
+        let unknown: Vec<ProviderId> = record
+            .iter()
+            .filter(|(p, o)| {
+                !o.is_empty() && !self.members.iter().any(|m| m.purger.provider() == *p)
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        if !unknown.is_empty() {
+            return Err(UnknownProviders { providers: unknown });
+        }
+        let mut mine = self.record();
+        for (p, o) in record.iter().filter(|(_, o)| !o.is_empty()) {
+            mine.entry(p.clone()).or_default().merge(o);
+        }
+        Ok(mine.keys().cloned().collect())
     }
 
     fn record(&self) -> std::sync::MutexGuard<'_, BTreeMap<ProviderId, Outstanding>> {
