@@ -290,19 +290,25 @@ mod tests {
         })
     }
 
+    /// Applies each step: a request missed (`true`) or acknowledged.
+    fn replay(steps: &[((PurgeRequest, Vec<String>), bool)]) -> Outstanding {
+        let mut o = Outstanding::default();
+        for ((request, items), missed) in steps {
+            if *missed {
+                o.missed(request, items);
+            } else {
+                o.acknowledged(request, items);
+            }
+        }
+        o
+    }
+
     proptest! {
         #[test]
         fn acknowledging_its_own_requests_always_clears_it(
             steps in proptest::collection::vec((arb_request(), any::<bool>()), 0..12),
         ) {
-            let mut o = Outstanding::default();
-            for ((request, items), missed) in &steps {
-                if *missed {
-                    o.missed(request, items);
-                } else {
-                    o.acknowledged(request, items);
-                }
-            }
+            let mut o = replay(&steps);
             for r in o.requests() {
                 prop_assert!(!r.scope.items().is_empty() || matches!(r.scope, PurgeScope::Everything));
                 let items = r.scope.items().to_vec();
@@ -315,14 +321,7 @@ mod tests {
         fn reads_back_what_it_wrote(
             steps in proptest::collection::vec((arb_request(), any::<bool>()), 0..12),
         ) {
-            let mut o = Outstanding::default();
-            for ((request, items), missed) in &steps {
-                if *missed {
-                    o.missed(request, items);
-                } else {
-                    o.acknowledged(request, items);
-                }
-            }
+            let o = replay(&steps);
             let json = serde_json::to_string(&o).unwrap();
             let back: Outstanding = serde_json::from_str(&json).unwrap();
             prop_assert_eq!(back, o);
