@@ -309,10 +309,7 @@ impl<const N: usize> From<[NetworkKey; N]> for Networks {
 
 impl From<Vec<NetworkKey>> for Networks {
     fn from(keys: Vec<NetworkKey>) -> Networks {
-        match keys.as_slice() {
-            [one] => Networks::one(*one),
-            _ => Networks(NetworksRepr::Many(Arc::from(keys))),
-        }
+        Networks::from(keys.as_slice())
     }
 }
 

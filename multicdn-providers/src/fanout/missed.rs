@@ -141,18 +141,19 @@ impl Outstanding {
     /// [`Outstanding::requests`]).
     pub fn from_requests<'a>(requests: impl IntoIterator<Item = &'a PurgeRequest>) -> Outstanding {
         let mut o = Outstanding::default();
-        for r in requests {
-            let items = r.scope.items().to_vec();
-            o.missed(r, &items);
-        }
+        o.missed_all(requests);
         o
     }
 
     /// Adds everything `other` has outstanding.
     pub(crate) fn merge(&mut self, other: &Outstanding) {
-        for r in other.requests() {
-            let items = r.scope.items().to_vec();
-            self.missed(&r, &items);
+        self.missed_all(&other.requests());
+    }
+
+    /// Records that each of `requests` was missed, whole.
+    fn missed_all<'a>(&mut self, requests: impl IntoIterator<Item = &'a PurgeRequest>) {
+        for r in requests {
+            self.missed(r, r.scope.items());
         }
     }
 }

@@ -57,7 +57,7 @@ pub fn cohort_inputs(
                         .then(|| scorer.score(&p, &stats).value())
                         .flatten()
                         // To the microsecond: the journal cites these, and reads them back.
-                        .map(|s| (s * 1e3).round() / 1e3),
+                        .map(|s| super::rounded(s, 1e3)),
                     samples: stats.samples,
                     provider: p,
                 }

@@ -714,8 +714,8 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     for (wi, item) in work.iter_mut().enumerate() {
         // 1. Health failover.
         health(ctx, item, &mut journal);
-        // The weights are read here anyway: hold them now, and later rounds of this function
-        // (the moves, the plan) never go back to the weights in force.
+        // The weights are read here anyway: hold them now, so that the later passes (the
+        // moves, the plan) never go back to the weights in force.
         if let Cow::Borrowed(w) = item.w {
             item.w = Cow::Owned(w.clone());
         }
