@@ -26,7 +26,7 @@ impl Timestamp {
 
     /// From whole seconds since the epoch.
     pub const fn from_secs(s: u64) -> Timestamp {
-        Timestamp(s * 1000)
+        Timestamp(s.saturating_mul(1000))
     }
 
     /// Milliseconds since the epoch.
@@ -34,12 +34,18 @@ impl Timestamp {
         self.0
     }
 
-    /// Reads RFC 3339 (`2026-11-30T15:00:00Z`).
+    /// Reads RFC 3339 (`2026-11-30T15:00:00Z`), and the expanded years past 9999 that
+    /// [`Display`](fmt::Display) writes (`+10000-01-01T00:00:00Z`). A time before the epoch
+    /// reads as the epoch; one past the last representable millisecond is out of range.
     pub fn parse_rfc3339(s: &str) -> Result<Timestamp, humantime::TimestampError> {
+        let s = s.trim();
+        if let Some(rest) = s.strip_prefix('+') {
+            return parse_expanded(rest);
+        }
         let t = humantime::parse_rfc3339_weak(s)?;
         let ms = t
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0);
         Ok(Timestamp(ms))
     }
@@ -51,17 +57,61 @@ impl Timestamp {
 
     /// `self + d`, saturating (also `timestamp + duration`).
     pub fn plus(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_add(d.as_millis() as u64))
+        Timestamp(self.0.saturating_add(millis(d)))
     }
 
     /// `self - d`, saturating at the epoch (also `timestamp - duration`).
     pub fn minus(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_sub(d.as_millis() as u64))
+        Timestamp(self.0.saturating_sub(millis(d)))
     }
+}
 
-    fn system_time(self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_millis(self.0)
+/// Whole milliseconds of `d`, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+const MS_PER_DAY: u64 = 86_400_000;
+/// Days in 400 Gregorian years: the calendar repeats exactly after them.
+const DAYS_PER_ERA: u64 = 146_097;
+
+/// `(year, month, day)` of a day number counted from 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    // Days since 0000-03-01; every u64 millisecond count gives a day number far below overflow.
+    let z = days + 719_468;
+    let era = z / DAYS_PER_ERA;
+    let doe = z - era * DAYS_PER_ERA;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `+YYYYY-MM-DDTHH:MM:SS[.fff]Z`: the year moved into 2000-2399 (same place in the 400-year
+/// cycle) for humantime, then the whole cycles added back.
+fn parse_expanded(rest: &str) -> Result<Timestamp, humantime::TimestampError> {
+    use humantime::TimestampError as E;
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits < 5 {
+        return Err(E::InvalidFormat);
     }
+    let year: u64 = rest[..digits].parse().map_err(|_| E::OutOfRange)?;
+    if year <= 9999 {
+        return Err(E::InvalidFormat);
+    }
+    let cycles = (year - 2000) / 400;
+    let shifted = format!("{}{}", year - cycles * 400, &rest[digits..]);
+    let base = humantime::parse_rfc3339_weak(&shifted)?
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| E::OutOfRange)?;
+    cycles
+        .checked_mul(DAYS_PER_ERA * MS_PER_DAY)
+        .and_then(|ms| ms.checked_add(u64::try_from(base.as_millis()).ok()?))
+        .map(Timestamp)
+        .ok_or(E::OutOfRange)
 }
 
 impl std::ops::Add<Duration> for Timestamp {
@@ -79,21 +129,26 @@ impl std::ops::Sub<Duration> for Timestamp {
 }
 
 impl fmt::Display for Timestamp {
-    /// RFC 3339 in UTC, to the millisecond when there are any.
+    /// RFC 3339 in UTC, to the millisecond when there are any. Years past 9999, which RFC 3339
+    /// cannot write, take ISO 8601's expanded form (`+10000-01-01T00:00:00Z`); every
+    /// timestamp prints.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_multiple_of(1000) {
-            write!(
-                f,
-                "{}",
-                humantime::format_rfc3339_seconds(self.system_time())
-            )
-        } else {
-            write!(
-                f,
-                "{}",
-                humantime::format_rfc3339_millis(self.system_time())
-            )
+        let (year, month, day) = civil_from_days(self.0 / MS_PER_DAY);
+        let in_day = self.0 % MS_PER_DAY;
+        let (h, m, s, ms) = (
+            in_day / 3_600_000,
+            in_day / 60_000 % 60,
+            in_day / 1000 % 60,
+            in_day % 1000,
+        );
+        if year > 9999 {
+            f.write_str("+")?;
         }
+        write!(f, "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}")?;
+        if ms != 0 {
+            write!(f, ".{ms:03}")?;
+        }
+        f.write_str("Z")
     }
 }
 
@@ -221,5 +276,68 @@ mod tests {
             (t + Duration::from_millis(5)).to_string(),
             "2026-12-01T09:00:00.005Z"
         );
+    }
+
+    #[test]
+    fn every_timestamp_prints_and_reads_back_even_past_year_9999() {
+        // A beacon dated u64::MAX milliseconds used to panic the ingestor's error message.
+        for ms in [
+            0,
+            1,
+            951_782_400_000,     // 2000-02-29, a leap day
+            4_107_542_400_000,   // 2100-03-01, after a skipped leap day
+            253_402_300_799_999, // 9999-12-31T23:59:59.999Z
+            253_402_300_800_000, // +10000-01-01T00:00:00Z
+            u64::MAX / 2,
+            u64::MAX,
+        ] {
+            let t = Timestamp::from_millis(ms);
+            let text = t.to_string();
+            assert_eq!(Timestamp::parse_rfc3339(&text).ok(), Some(t), "{text}");
+            assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{text}\""));
+        }
+        assert_eq!(
+            Timestamp::from_millis(253_402_300_800_000).to_string(),
+            "+10000-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            Timestamp::from_millis(951_782_400_000).to_string(),
+            "2000-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            Timestamp::from_millis(u64::MAX).to_string(),
+            "+584556019-04-03T14:25:51.615Z"
+        );
+        assert!(Timestamp::parse_rfc3339("+584556019-04-03T14:25:51.616Z").is_err());
+        assert!(Timestamp::parse_rfc3339("+99999999999999999999-01-01T00:00:00Z").is_err());
+        assert!(Timestamp::parse_rfc3339("+1234-01-01T00:00:00Z").is_err());
+        assert_eq!(
+            Timestamp::from_secs(u64::MAX),
+            Timestamp::from_millis(u64::MAX)
+        );
+        assert_eq!(
+            Timestamp::EPOCH.plus(Duration::MAX),
+            Timestamp::from_millis(u64::MAX)
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn display_matches_humantime_and_round_trips(ms in 0u64..253_402_300_800_000) {
+            let t = Timestamp::from_millis(ms);
+            let system = UNIX_EPOCH + Duration::from_millis(ms);
+            let expected = if ms % 1000 == 0 {
+                humantime::format_rfc3339_seconds(system).to_string()
+            } else {
+                humantime::format_rfc3339_millis(system).to_string()
+            };
+            proptest::prop_assert_eq!(t.to_string(), expected);
+        }
+
+        #[test]
+        fn any_millisecond_round_trips(ms in proptest::num::u64::ANY) {
+            let t = Timestamp::from_millis(ms);
+            proptest::prop_assert_eq!(Timestamp::parse_rfc3339(&t.to_string()).ok(), Some(t));
+        }
     }
 }
