@@ -22,8 +22,18 @@ const SOUTH_AMERICA: &str = "AR BO BR CL CO EC FK GF GY PE PY SR UY VE";
 ///
 /// A table lookup (built once), cheap enough for every beacon on the ingest path.
 pub fn continent_of(country: Country) -> Option<Continent> {
+    index(country.as_str().as_bytes()).and_then(|i| table()[i])
+}
+
+/// Whether `code` (two uppercase ASCII letters) is an assigned ISO 3166-1 alpha-2 country code,
+/// or `XK` (Kosovo, the user-assigned code geolocation databases and CDNs use).
+pub(crate) fn is_assigned(code: &[u8]) -> bool {
+    index(code).is_some_and(|i| table()[i].is_some())
+}
+
+fn table() -> &'static [Option<Continent>; 26 * 26] {
     static TABLE: OnceLock<[Option<Continent>; 26 * 26]> = OnceLock::new();
-    let table = TABLE.get_or_init(|| {
+    TABLE.get_or_init(|| {
         let mut table = [None; 26 * 26];
         for (list, continent) in [
             (AFRICA, Continent::Africa),
@@ -41,8 +51,7 @@ pub fn continent_of(country: Country) -> Option<Continent> {
             }
         }
         table
-    });
-    index(country.as_str().as_bytes()).and_then(|i| table[i])
+    })
 }
 
 fn index(code: &[u8]) -> Option<usize> {
@@ -66,6 +75,28 @@ mod tests {
         assert_eq!(of("AU"), Some(Continent::Oceania));
         assert_eq!(of("IN"), Some(Continent::Asia));
         assert_eq!(of("ZA"), Some(Continent::Africa));
-        assert_eq!(of("QQ"), None);
+    }
+
+    #[test]
+    fn the_table_holds_exactly_the_iso_3166_codes_and_kosovo() {
+        let listed: Vec<&str> = [
+            AFRICA,
+            ANTARCTICA,
+            ASIA,
+            EUROPE,
+            NORTH_AMERICA,
+            OCEANIA,
+            SOUTH_AMERICA,
+        ]
+        .iter()
+        .flat_map(|l| l.split_ascii_whitespace())
+        .collect();
+        // 249 ISO 3166-1 alpha-2 codes (ISO's own list), and XK.
+        assert_eq!(listed.len(), 250);
+        let assigned = (b'A'..=b'Z')
+            .flat_map(|a| (b'A'..=b'Z').map(move |b| [a, b]))
+            .filter(|c| is_assigned(c))
+            .count();
+        assert_eq!(assigned, 250);
     }
 }

@@ -76,16 +76,23 @@ impl Continent {
 pub struct Country([u8; 2]);
 
 impl Country {
-    /// Reads two ASCII letters (any case).
+    /// Reads an ISO 3166-1 alpha-2 code (any case): `DE`, `gb`. Two letters that name no
+    /// country (`UK`, `ZZ`) are refused; `XK` (Kosovo), which geolocation databases use, is
+    /// accepted.
     pub fn new(code: &str) -> Result<Country, NetworkError> {
-        let bytes = code.as_bytes();
-        if bytes.len() != 2 || !bytes.iter().all(u8::is_ascii_alphabetic) {
-            return Err(NetworkError::new(code, "a country is two letters, like DE"));
+        let upper = match code.as_bytes() {
+            [a, b] if a.is_ascii_alphabetic() && b.is_ascii_alphabetic() => {
+                [a.to_ascii_uppercase(), b.to_ascii_uppercase()]
+            }
+            _ => return Err(NetworkError::new(code, "a country is two letters, like DE")),
+        };
+        if !crate::geo::is_assigned(&upper) {
+            return Err(NetworkError::new(
+                code,
+                "not an ISO 3166-1 alpha-2 country code (the United Kingdom is GB)",
+            ));
         }
-        Ok(Country([
-            bytes[0].to_ascii_uppercase(),
-            bytes[1].to_ascii_uppercase(),
-        ]))
+        Ok(Country(upper))
     }
 
     /// The code, uppercase.
@@ -444,10 +451,25 @@ mod tests {
         }
     }
 
+    #[test]
+    fn countries_are_iso_3166_codes_not_any_two_letters() {
+        for bad in ["UK", "ZZ", "QQ", "AA", "EL"] {
+            let err = Country::new(bad).unwrap_err().to_string();
+            assert!(err.contains("ISO 3166-1"), "{bad}: {err}");
+            assert!(bad.parse::<NetworkKey>().is_err(), "{bad}");
+            assert!(serde_json::from_str::<Country>(&format!("\"{bad}\"")).is_err());
+        }
+        for good in ["GB", "gb", "DE", "US", "XK", "AQ", "SS"] {
+            assert!(Country::new(good).is_ok(), "{good}");
+        }
+    }
+
     fn any_key() -> impl Strategy<Value = NetworkKey> {
         prop_oneof![
             any::<u32>().prop_map(NetworkKey::Asn),
-            "[A-Z]{2}".prop_map(|s| { NetworkKey::Country(Country::new(&s).unwrap()) }),
+            "[A-Z]{2}".prop_filter_map("an assigned code", |s| Country::new(&s)
+                .ok()
+                .map(NetworkKey::Country)),
             (0usize..7).prop_map(|i| NetworkKey::Continent(Continent::ALL[i])),
             Just(NetworkKey::Global),
         ]
