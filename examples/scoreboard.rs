@@ -15,9 +15,11 @@
 //! It prints the dashboard (p75 TTFB by provider by country over the window, with each
 //! provider's share of the requests; a `*` marks a cell with fewer samples than steering needs),
 //! the probe beacons' p75 and availability when there are any, and what was skipped, counted
-//! by reason, with the first few bad lines. The window ends at the newest beacon (or `--at`).
+//! by reason, with the first few bad lines. The window ends at `--at`, or else at the newest
+//! beacon not dated in the future (after the wall clock plus five minutes of skew); beacons
+//! after the window's end (beyond that skew) or before the retention are skipped and counted.
 //! Providers come from `--policy`; without one, from the beacons themselves (the client's
-//! `unknown` excepted).
+//! `unknown` excepted), the twelve most frequent names, the rest counted as unknown.
 //!
 //! `examples/data/beacons.ndjson` is a small sample: 300 navigation and probe beacons from six
 //! networks in six countries over 50 minutes, and four deliberately bad lines.
@@ -28,7 +30,7 @@
 #[path = "tools/common.rs"]
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,9 +39,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use common::{FINDING, Fail, OK};
-use multicdn_core::{NetworkKey, ProviderId, Timestamp};
+use multicdn_core::{Clock, NetworkKey, ProviderId, SystemClock, Timestamp};
 use multicdn_examples::summary::dashboard;
-use multicdn_steering::ingest::Ingestor;
+use multicdn_steering::ingest::{DEFAULT_SKEW, Ingestor};
 use multicdn_steering::resolve::{NetworkResolver, NoResolver, PrefixTable};
 use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig};
 
@@ -92,39 +94,76 @@ fn read_input(input: &str) -> Result<Vec<u8>, Fail> {
     Ok(bytes)
 }
 
-/// The newest `at` and every provider the lines name (for runs without a policy).
-fn scan(bytes: &[u8]) -> (Option<u64>, BTreeSet<String>) {
+/// The most providers taken from the beacons themselves (one dashboard column each).
+const MAX_DISCOVERED: usize = 12;
+
+/// The newest `at` no later than `latest`, and the providers the lines name most often, at
+/// most [`MAX_DISCOVERED`] (for runs without a policy), with how many other names were seen.
+fn scan(bytes: &[u8], latest: Timestamp) -> (Option<u64>, Vec<ProviderId>, usize) {
     let mut newest = None;
-    let mut names = BTreeSet::new();
+    let mut names: HashMap<String, u64> = HashMap::new();
     for line in bytes.split(|b| *b == b'\n') {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
             continue;
         };
-        if let Some(at) = v.get("at").and_then(serde_json::Value::as_u64) {
+        if let Some(at) = v.get("at").and_then(serde_json::Value::as_u64)
+            && at <= latest.as_millis()
+        {
             newest = Some(newest.map_or(at, |n: u64| n.max(at)));
         }
         if let Some(p) = v.get("provider").and_then(serde_json::Value::as_str) {
-            names.insert(p.to_owned());
+            *names.entry(p.to_owned()).or_default() += 1;
         }
         if let Some(times) = v.get("times").and_then(serde_json::Value::as_object) {
-            names.extend(times.keys().cloned());
+            for k in times.keys() {
+                *names.entry(k.clone()).or_default() += 1;
+            }
         }
     }
-    names.remove("unknown");
-    (newest, names)
+    let mut known: Vec<(u64, ProviderId)> = names
+        .iter()
+        .filter(|(n, _)| n.as_str() != "unknown")
+        .filter_map(|(n, c)| Some((*c, ProviderId::new(n.as_str()).ok()?)))
+        .collect();
+    known.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let others = known.len().saturating_sub(MAX_DISCOVERED);
+    let providers = known
+        .into_iter()
+        .take(MAX_DISCOVERED)
+        .map(|(_, p)| p)
+        .collect();
+    (newest, providers, others)
 }
 
 fn run(cli: Cli) -> Result<u8, Fail> {
     let policy = cli.policy.as_deref().map(common::load_policy).transpose()?;
     let bytes = read_input(&cli.input)?;
-    let (newest, names) = scan(&bytes);
+    let at = cli
+        .at
+        .as_deref()
+        .map(|at| {
+            Timestamp::parse_rfc3339(at).map_err(|e| {
+                Fail::error(format!(
+                    "error: --at {at:?}: {e}; write 2026-12-01T09:00:00Z"
+                ))
+            })
+        })
+        .transpose()?;
+    // Lines dated after the receive time (beyond the skew) are refused: without --at, the
+    // newest line that is not in the future ends the window.
+    let latest = at.unwrap_or_else(|| SystemClock.now()).plus(DEFAULT_SKEW);
+    let (newest, discovered, others) = scan(&bytes, latest);
 
     let providers: Vec<ProviderId> = match &policy {
         Some(p) => p.provider_ids(),
-        None => names
-            .iter()
-            .filter_map(|n| ProviderId::new(n.as_str()).ok())
-            .collect(),
+        None => {
+            if others > 0 {
+                eprintln!(
+                    "note: {others} more provider name(s) in the beacons are counted as unknown providers; the dashboard shows the {MAX_DISCOVERED} most frequent (name them with --policy)"
+                );
+            }
+            discovered
+        }
     };
     let window = cli.window.unwrap_or_else(|| {
         policy
@@ -154,18 +193,11 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         }
         None => Arc::new(NoResolver),
     };
-    let mut ingest = Ingestor::new(resolver);
+    let now = at.unwrap_or(Timestamp::from_millis(newest.unwrap_or(0)));
+    let mut ingest = Ingestor::new(resolver).received_at(now);
     ingest.ingest_bytes(&bytes, &mut board);
     let report = ingest.take_report();
 
-    let now = match &cli.at {
-        Some(at) => Timestamp::parse_rfc3339(at).map_err(|e| {
-            Fail::error(format!(
-                "error: --at {at:?}: {e}; write 2026-12-01T09:00:00Z"
-            ))
-        })?,
-        None => Timestamp::from_millis(newest.unwrap_or(0)),
-    };
     let snapshot = board.snapshot(now, window);
 
     common::out!(

@@ -556,6 +556,94 @@ fn scoreboard_prints_the_dashboard_of_the_sample_beacons() {
 }
 
 #[test]
+fn scoreboard_counts_a_beacon_past_year_9999_instead_of_panicking() {
+    let input = scratch("year-10000.ndjson");
+    std::fs::write(
+        &input,
+        "{\"at\":18446744073709551615,\"asn\":1,\"country\":\"GB\",\"ttfb\":66.5,\"provider\":\"cloudflare\"}\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["--at", "2026-12-01T09:00:00Z", input.to_str().unwrap()],
+        vec![input.to_str().unwrap()],
+    ] {
+        let out = run("scoreboard", &args, &[]);
+        let text = stdout(&out);
+        assert_eq!(code(&out), 1, "{text}{}", stderr(&out));
+        assert!(text.contains("dated after the receive time"), "{text}");
+    }
+    let _ = std::fs::remove_file(input);
+}
+
+#[test]
+fn scoreboard_keeps_a_cells_history_when_one_beacon_is_dated_2100() {
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/data/beacons.ndjson");
+    let gb = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("GB "))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no GB row:\n{text}"))
+    };
+    let before = stdout(&run("scoreboard", &[sample], &[]));
+    let input = scratch("beacons-2100.ndjson");
+    let mut lines = std::fs::read_to_string(sample).unwrap();
+    lines.push_str("{\"at\":4102444800000,\"asn\":2856,\"country\":\"GB\",\"ttfb\":66.5,\"provider\":\"cloudflare\"}\n");
+    std::fs::write(&input, lines).unwrap();
+    let out = run("scoreboard", &[input.to_str().unwrap()], &[]);
+    let after = stdout(&out);
+    assert_eq!(code(&out), 0, "{after}");
+    assert_eq!(gb(&after), gb(&before));
+    assert!(after.contains("dated after the receive time"), "{after}");
+    let _ = std::fs::remove_file(input);
+}
+
+#[test]
+fn scoreboard_output_stays_bounded_whatever_the_provider_names() {
+    let input = scratch("providers.ndjson");
+    let at = "1796112602323";
+    let mut text = format!(
+        "{{\"at\":{at},\"asn\":1,\"country\":\"GB\",\"ttfb\":66.5,\"provider\":\"{}\"}}\n",
+        "p".repeat(1 << 20)
+    );
+    let names: Vec<String> = (0..2000).map(|i| format!("\"cdn{i}\":50")).collect();
+    text.push_str(&format!(
+        "{{\"at\":{at},\"asn\":1,\"country\":\"GB\",\"times\":{{{}}}}}\n",
+        names.join(",")
+    ));
+    text.push_str(&format!(
+        "{{\"at\":{at},\"asn\":1,\"country\":\"GB\",\"ttfb\":66.5,\"provider\":\"fastly\"}}\n"
+    ));
+    std::fs::write(&input, text).unwrap();
+    let out = run(
+        "scoreboard",
+        &["--min-samples", "1", input.to_str().unwrap()],
+        &[],
+    );
+    let text = stdout(&out);
+    assert_eq!(
+        code(&out),
+        0,
+        "{}{}",
+        &text[..text.len().min(2000)],
+        stderr(&out)
+    );
+    for line in text.lines() {
+        assert!(
+            line.len() < 400,
+            "a line of {} bytes: {}",
+            line.len(),
+            &line[..200]
+        );
+    }
+    assert!(
+        stderr(&out).contains("counted as unknown providers"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_file(input);
+}
+
+#[test]
 fn scoreboard_exits_1_without_a_valid_beacon() {
     let junk = scratch("junk.ndjson");
     std::fs::write(&junk, "not json\n{\"ttfb\": 3}\n").unwrap();

@@ -102,7 +102,7 @@ fn ingest(c: &mut Criterion) {
     );
 
     let mut board = Scoreboard::new(ScoreboardConfig::default(), &providers()).unwrap();
-    let mut ingestor = Ingestor::new(&table);
+    let mut ingestor = Ingestor::new(&table).received_at(now);
     group.bench_function("ndjson_parse_resolve_insert", |b| {
         b.iter(|| {
             ingestor.ingest_bytes(black_box(&text), &mut board);

@@ -21,7 +21,8 @@
 //!
 //! let providers = [ProviderId::new("fastly")?, ProviderId::new("cloudflare")?];
 //! let mut board = Scoreboard::new(ScoreboardConfig::default(), &providers)?;
-//! let mut ingest = Ingestor::new(NoResolver);
+//! // A file of beacons read after the fact: received by the end of the period it covers.
+//! let mut ingest = Ingestor::new(NoResolver).received_at(Timestamp::from_millis(1764504000000));
 //! let text = concat!(
 //!     r#"{"at":1764504000000,"asn":7922,"country":"US","ttfb":182,"provider":"fastly"}"#, "\n",
 //!     "not json\n",
@@ -40,8 +41,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io::BufRead;
 use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
-use multicdn_core::{Country, Timestamp};
+use multicdn_core::{Clock, Country, SystemClock, Timestamp};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -69,10 +72,15 @@ pub enum BadLine {
     Implausible,
     /// Older than the scoreboard keeps.
     TooOld,
+    /// Dated after the receive time plus the allowed clock skew: a clock gone wrong or a
+    /// forged line. Never stored, so it cannot move a cell on and age out its history.
+    Future,
+    /// Dated before the scoreboard's retention, counted back from the receive time.
+    BeforeRetention,
 }
 
 impl BadLine {
-    const ALL: [BadLine; 7] = [
+    const ALL: [BadLine; 9] = [
         BadLine::NotJson,
         BadLine::NotABeacon,
         BadLine::MissingTime,
@@ -80,6 +88,8 @@ impl BadLine {
         BadLine::UnknownProvider,
         BadLine::Implausible,
         BadLine::TooOld,
+        BadLine::Future,
+        BadLine::BeforeRetention,
     ];
 
     fn index(self) -> usize {
@@ -97,6 +107,8 @@ impl fmt::Display for BadLine {
             BadLine::UnknownProvider => "an unknown provider",
             BadLine::Implausible => "an implausible time",
             BadLine::TooOld => "older than the scoreboard keeps",
+            BadLine::Future => "dated after the receive time (beyond the allowed skew)",
+            BadLine::BeforeRetention => "dated before the retention, from the receive time",
         })
     }
 }
@@ -115,8 +127,11 @@ pub struct IngestReport {
     pub clamped: u64,
     /// Beacons whose network could not be resolved (stored under `*` only).
     pub unresolved: u64,
-    bad: [u64; 7],
-    /// The first few bad lines: line number (1-based), reason, detail.
+    /// The newest time among the beacons stored.
+    pub newest: Option<Timestamp>,
+    bad: [u64; BadLine::ALL.len()],
+    /// The first few bad lines: line number (1-based), reason, detail. A detail quotes at most
+    /// [`DETAIL_CHARS`] characters of the line's value.
     pub examples: Vec<(u64, BadLine, String)>,
 }
 
@@ -143,21 +158,84 @@ impl IngestReport {
 
 const EXAMPLES: usize = 10;
 
+/// The most characters of a line's value an example quotes.
+pub const DETAIL_CHARS: usize = 64;
+
+/// The clock skew allowed by default between the receivers that stamp `at` and the ingestor.
+pub const DEFAULT_SKEW: Duration = Duration::from_secs(300);
+
+/// `value` as a detail: debug-quoted, at most [`DETAIL_CHARS`] characters of it, and its
+/// length when cut.
+fn quote(what: &str, value: &str) -> String {
+    match value.char_indices().nth(DETAIL_CHARS) {
+        None => format!("{what} {value:?}"),
+        Some((end, _)) => format!("{what} {:?}... ({} bytes)", &value[..end], value.len()),
+    }
+}
+
+/// When lines are taken to have been received.
+#[derive(Debug, Clone)]
+enum ReceiveTime {
+    Clock(Arc<dyn Clock>),
+    At(Timestamp),
+}
+
 /// Reads beacon lines into a scoreboard, resolving networks with `R`.
+///
+/// Each line's `at` is checked against the receive time (the system clock unless
+/// [`received_at`](Ingestor::received_at) or [`clock`](Ingestor::clock) says otherwise): a line
+/// dated after it by more than the skew ([`DEFAULT_SKEW`]) is [`BadLine::Future`], one dated
+/// before the scoreboard's retention is [`BadLine::BeforeRetention`]. Neither reaches the
+/// scoreboard, so one bad clock cannot age out every cell's history.
 #[derive(Debug)]
 pub struct Ingestor<R> {
     resolver: R,
     probe_order: Vec<String>,
+    received: ReceiveTime,
+    skew: Duration,
     report: IngestReport,
 }
 
 impl<R: NetworkResolver> Ingestor<R> {
-    /// An ingestor resolving client addresses with `resolver`.
+    /// An ingestor resolving client addresses with `resolver`, receiving on the system clock.
     pub fn new(resolver: R) -> Ingestor<R> {
         Ingestor {
             resolver,
             probe_order: Vec::new(),
+            received: ReceiveTime::Clock(Arc::new(SystemClock)),
+            skew: DEFAULT_SKEW,
             report: IngestReport::default(),
+        }
+    }
+
+    /// Takes the receive time from `clock`.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.received = ReceiveTime::Clock(clock);
+        self
+    }
+
+    /// Takes every line as received at `now` (a file read after the fact: the end of the
+    /// period it covers).
+    pub fn received_at(mut self, now: Timestamp) -> Self {
+        self.received = ReceiveTime::At(now);
+        self
+    }
+
+    /// Moves the fixed receive time on (for a receiver that feeds batches as they arrive).
+    pub fn set_received_at(&mut self, now: Timestamp) {
+        self.received = ReceiveTime::At(now);
+    }
+
+    /// The clock skew allowed between the receivers' `at` and the receive time.
+    pub fn skew(mut self, skew: Duration) -> Self {
+        self.skew = skew;
+        self
+    }
+
+    fn now(&self) -> Timestamp {
+        match &self.received {
+            ReceiveTime::Clock(c) => c.now(),
+            ReceiveTime::At(t) => *t,
         }
     }
 
@@ -180,9 +258,10 @@ impl<R: NetworkResolver> Ingestor<R> {
 
     /// Reads every line of `bytes` (NDJSON).
     pub fn ingest_bytes(&mut self, mut bytes: &[u8], board: &mut Scoreboard) {
+        let now = self.now();
         while !bytes.is_empty() {
             let end = find_newline(bytes).unwrap_or(bytes.len());
-            let _ = self.ingest_line(&bytes[..end], board);
+            let _ = self.ingest_line_at(bytes.get(..end).unwrap_or_default(), board, now);
             bytes = bytes.get(end + 1..).unwrap_or_default();
         }
     }
@@ -206,14 +285,26 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// Reads one line. Blank lines are ignored; a bad line is counted and skipped.
     #[inline]
     pub fn ingest_line(&mut self, line: &[u8], board: &mut Scoreboard) -> Result<usize, BadLine> {
+        let now = self.now();
+        self.ingest_line_at(line, board, now)
+    }
+
+    #[inline]
+    fn ingest_line_at(
+        &mut self,
+        line: &[u8],
+        board: &mut Scoreboard,
+        now: Timestamp,
+    ) -> Result<usize, BadLine> {
         let trimmed = line.trim_ascii();
         if trimmed.is_empty() {
             return Ok(0);
         }
         self.report.lines += 1;
-        match self.parse_and_store(trimmed, board) {
-            Ok((n, unresolved)) => {
+        match self.parse_and_store(trimmed, board, now) {
+            Ok((n, unresolved, at)) => {
                 self.report.beacons += 1;
+                self.report.newest = self.report.newest.max(Some(at));
                 self.report.unresolved += u64::from(unresolved);
                 self.report.samples += n as u64;
                 Ok(n)
@@ -221,11 +312,15 @@ impl<R: NetworkResolver> Ingestor<R> {
             Err((reason, detail)) => {
                 self.report.bad[reason.index()] += 1;
                 if self.report.examples.len() < EXAMPLES {
-                    self.report.examples.push((
-                        self.report.lines,
-                        reason,
-                        detail.unwrap_or_else(|| reason.to_string()),
-                    ));
+                    let mut detail = detail.unwrap_or_else(|| reason.to_string());
+                    // serde_json's messages quote the value they refused, whatever its size.
+                    if let Some((cut, _)) = detail.char_indices().nth(DETAIL_CHARS * 3) {
+                        detail.truncate(cut);
+                        detail.push_str("...");
+                    }
+                    self.report
+                        .examples
+                        .push((self.report.lines, reason, detail));
                 }
                 Err(reason)
             }
@@ -236,7 +331,8 @@ impl<R: NetworkResolver> Ingestor<R> {
         &mut self,
         line: &[u8],
         board: &mut Scoreboard,
-    ) -> Result<(usize, bool), (BadLine, Option<String>)> {
+        now: Timestamp,
+    ) -> Result<(usize, bool, Timestamp), (BadLine, Option<String>)> {
         let raw: RawLine<'_> = match fast::parse(line) {
             Some(raw) => raw,
             None => {
@@ -244,15 +340,27 @@ impl<R: NetworkResolver> Ingestor<R> {
             }
         };
         let at = Timestamp::from_millis(raw.at.ok_or((BadLine::MissingTime, None))?);
+        if at > now.plus(self.skew) {
+            return Err((
+                BadLine::Future,
+                Some(format!("at {at}, received {now}, skew {:?}", self.skew)),
+            ));
+        }
+        if at < now.minus(board.config().retention) {
+            return Err((
+                BadLine::BeforeRetention,
+                Some(format!(
+                    "at {at}, received {now}, retention {:?}",
+                    board.config().retention
+                )),
+            ));
+        }
         let network = self.network(&raw)?;
         let unresolved = network.is_unknown();
         if let (Some(ttfb), Some(provider)) = (raw.ttfb, raw.provider.as_deref()) {
             let Some(slot) = board.provider_slot(provider) else {
                 board.count_unknown_provider();
-                return Err((
-                    BadLine::UnknownProvider,
-                    Some(format!("provider {provider:?}")),
-                ));
+                return Err((BadLine::UnknownProvider, Some(quote("provider", provider))));
             };
             let sample = Sample {
                 at,
@@ -261,7 +369,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 network,
                 value: Some(ttfb),
             };
-            return self.store(board, &sample).map(|()| (1, unresolved));
+            return self.store(board, &sample).map(|()| (1, unresolved, at));
         }
         let Some(times) = raw.times else {
             return Err((BadLine::NotABeacon, None));
@@ -276,11 +384,17 @@ impl<R: NetworkResolver> Ingestor<R> {
                 .collect(),
         };
         let mut stored = 0;
+        let mut unknown = 0usize;
+        let mut first_unknown = String::new();
         let mut last_err = (BadLine::NotABeacon, None);
         for (name, value) in pairs {
             let Some(slot) = board.provider_slot(&name) else {
                 board.count_unknown_provider();
-                last_err = (BadLine::UnknownProvider, Some(format!("provider {name:?}")));
+                unknown += 1;
+                if unknown == 1 {
+                    first_unknown = quote("provider", &name);
+                }
+                last_err = (BadLine::UnknownProvider, None);
                 continue;
             };
             let sample = Sample {
@@ -296,9 +410,16 @@ impl<R: NetworkResolver> Ingestor<R> {
             }
         }
         if stored == 0 {
+            if last_err.0 == BadLine::UnknownProvider {
+                last_err.1 = Some(if unknown == 1 {
+                    first_unknown
+                } else {
+                    format!("{unknown} unknown providers, the first {first_unknown}")
+                });
+            }
             return Err(last_err);
         }
-        Ok((stored, unresolved))
+        Ok((stored, unresolved, at))
     }
 
     #[inline]
@@ -319,6 +440,7 @@ impl<R: NetworkResolver> Ingestor<R> {
             )),
             Recorded::TooOld => Err((BadLine::TooOld, Some(format!("at {}", sample.at)))),
             Recorded::UnknownProvider => Err((BadLine::UnknownProvider, None)),
+            Recorded::OutOfRange => Err((BadLine::Future, Some(format!("at {}", sample.at)))),
         }
     }
 
@@ -328,7 +450,7 @@ impl<R: NetworkResolver> Ingestor<R> {
             Some(ip) => {
                 let ip: IpAddr = ip
                     .parse()
-                    .map_err(|_| (BadLine::BadNetwork, Some(format!("ip {ip:?}"))))?;
+                    .map_err(|_| (BadLine::BadNetwork, Some(quote("ip", ip))))?;
                 self.resolver.resolve(ip)
             }
             None => ClientNetwork::default(),
@@ -338,11 +460,23 @@ impl<R: NetworkResolver> Ingestor<R> {
         }
         if let Some(c) = raw.country.as_deref() {
             net.country = Some(
-                Country::new(c)
-                    .map_err(|_| (BadLine::BadNetwork, Some(format!("country {c:?}"))))?,
+                Country::new(c).map_err(|_| (BadLine::BadNetwork, Some(quote("country", c))))?,
             );
         }
         Ok(net)
+    }
+}
+
+/// For the fuzz targets: whether the fast path reads `line` exactly as `serde_json` does
+/// (`Err` describes the disagreement). Not part of the supported API.
+#[doc(hidden)]
+pub fn fast_path_agrees(line: &[u8]) -> Result<(), String> {
+    let Some(fast) = fast::parse(line) else {
+        return Ok(());
+    };
+    match serde_json::from_slice::<RawLine<'_>>(line) {
+        Ok(serde) if serde == fast => Ok(()),
+        other => Err(format!("fast path read {fast:?}, serde_json {other:?}")),
     }
 }
 
@@ -620,6 +754,7 @@ mod tests {
     use multicdn_core::{NetworkKey, ProviderId};
 
     use super::*;
+    use crate::beacon::ClientNetwork;
     use crate::resolve::PrefixTable;
     use crate::scoreboard::ScoreboardConfig;
 
@@ -637,7 +772,9 @@ mod tests {
     #[test]
     fn every_kind_of_bad_line_is_counted_and_the_stream_goes_on() {
         let table = PrefixTable::from_lines("203.0.113.0/24 AS64500 DE").unwrap();
-        let mut ing = Ingestor::new(table).probe_order(["fastly", "cloudflare"]);
+        let mut ing = Ingestor::new(table)
+            .probe_order(["fastly", "cloudflare"])
+            .received_at(Timestamp::from_millis(2000));
         let mut b = board();
         let text = r#"
 {"at":1000,"ip":"203.0.113.9","ttfb":120,"provider":"fastly","pop":"FRA","cache":"HIT","path":"/a"}
@@ -686,6 +823,161 @@ mod tests {
         assert_eq!(country.stats.samples, 1);
     }
 
+    fn gb_cloudflare(b: &Scoreboard, now: Timestamp) -> u64 {
+        b.snapshot(now, Duration::from_secs(3600))
+            .cell(
+                Metric::Ttfb,
+                "GB".parse().unwrap(),
+                &ProviderId::new("cloudflare").unwrap(),
+            )
+            .stats
+            .samples
+    }
+
+    #[test]
+    fn a_beacon_dated_past_year_9999_is_counted_not_a_panic() {
+        let now = Timestamp::from_millis(1_796_112_602_323);
+        let mut ing = Ingestor::new(crate::resolve::NoResolver).received_at(now);
+        let mut b = board();
+        let line = br#"{"at":18446744073709551615,"asn":1,"country":"GB","ttfb":66.5,"provider":"cloudflare"}"#;
+        assert_eq!(ing.ingest_line(line, &mut b), Err(BadLine::Future));
+        let (_, reason, detail) = &ing.report().examples[0];
+        assert_eq!(*reason, BadLine::Future);
+        assert!(detail.contains("+584556019-"), "{detail}");
+        // Without a receive time to refuse it, the scoreboard refuses the bucket it cannot number.
+        let sample = Sample {
+            at: Timestamp::from_millis(u64::MAX),
+            metric: Metric::Ttfb,
+            provider: b.provider_slot("fastly").unwrap(),
+            network: ClientNetwork::default(),
+            value: Some(10.0),
+        };
+        assert_eq!(b.insert(&sample), Recorded::OutOfRange);
+        assert_eq!(b.quality().out_of_range, 1);
+    }
+
+    #[test]
+    fn one_future_dated_beacon_never_empties_a_cell() {
+        let now = Timestamp::from_millis(1_796_112_602_323);
+        let mut ing = Ingestor::new(crate::resolve::NoResolver).received_at(now);
+        let mut b = board();
+        let mut text = String::new();
+        for i in 0..50u64 {
+            text.push_str(&format!(
+                "{{\"at\":{},\"asn\":2856,\"country\":\"GB\",\"ttfb\":66.5,\"provider\":\"cloudflare\"}}\n",
+                now.as_millis() - i * 1000
+            ));
+        }
+        // 2100-01-01, then one a little past the skew, then one dated before the retention.
+        let year_2100 = 4_102_444_800_000u64;
+        let just_past = now.plus(DEFAULT_SKEW).as_millis() + 1;
+        let too_old = now.minus(Duration::from_secs(3601)).as_millis();
+        for at in [year_2100, just_past, too_old] {
+            text.push_str(&format!(
+                "{{\"at\":{at},\"asn\":2856,\"country\":\"GB\",\"ttfb\":66.5,\"provider\":\"cloudflare\"}}\n"
+            ));
+        }
+        // Within the skew: accepted.
+        text.push_str(&format!(
+            "{{\"at\":{},\"asn\":2856,\"country\":\"GB\",\"ttfb\":66.5,\"provider\":\"cloudflare\"}}\n",
+            now.plus(Duration::from_secs(60)).as_millis()
+        ));
+        ing.ingest_bytes(text.as_bytes(), &mut b);
+        let r = ing.report();
+        assert_eq!(r.beacons, 51);
+        assert_eq!(r.bad(BadLine::Future), 2);
+        assert_eq!(r.bad(BadLine::BeforeRetention), 1);
+        assert_eq!(r.bad(BadLine::TooOld), 0);
+        assert_eq!(r.newest, Some(now.plus(Duration::from_secs(60))));
+        assert_eq!(gb_cloudflare(&b, now), 51);
+        assert!(
+            r.examples[0].2.contains("2100-01-01T00:00:00Z"),
+            "{:?}",
+            r.examples
+        );
+    }
+
+    #[test]
+    fn the_receive_time_comes_from_the_clock_by_default() {
+        let clock = multicdn_core::ManualClock::new(Timestamp::from_secs(1_000_000));
+        let mut ing = Ingestor::new(crate::resolve::NoResolver).clock(Arc::new(clock.clone()));
+        let mut b = board();
+        let line = br#"{"at":1000000000,"ttfb":10,"provider":"fastly"}"#;
+        assert_eq!(ing.ingest_line(line, &mut b), Ok(1));
+        let later = br#"{"at":1000600000,"ttfb":10,"provider":"fastly"}"#;
+        assert_eq!(ing.ingest_line(later, &mut b), Err(BadLine::Future));
+        clock.advance(Duration::from_secs(600));
+        assert_eq!(ing.ingest_line(later, &mut b), Ok(1));
+    }
+
+    #[test]
+    fn unknown_providers_and_long_values_are_quoted_short() {
+        let mut ing =
+            Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::from_millis(2000));
+        let mut b = board();
+        let huge = "x".repeat(1 << 20);
+        let line = format!(r#"{{"at":1000,"ttfb":10,"provider":"{huge}"}}"#);
+        assert_eq!(
+            ing.ingest_line(line.as_bytes(), &mut b),
+            Err(BadLine::UnknownProvider)
+        );
+        let names: Vec<String> = (0..2000).map(|i| format!("\"p{i}\":10")).collect();
+        let probe = format!(r#"{{"at":1000,"times":{{{}}}}}"#, names.join(","));
+        assert_eq!(
+            ing.ingest_line(probe.as_bytes(), &mut b),
+            Err(BadLine::UnknownProvider)
+        );
+        let wrong_type = format!(r#"{{"at":1000,"ttfb":10,"provider":"fastly","asn":"{huge}"}}"#);
+        assert_eq!(
+            ing.ingest_line(wrong_type.as_bytes(), &mut b),
+            Err(BadLine::NotJson)
+        );
+        let country = format!(r#"{{"at":1000,"ttfb":10,"provider":"fastly","country":"{huge}"}}"#);
+        assert_eq!(
+            ing.ingest_line(country.as_bytes(), &mut b),
+            Err(BadLine::BadNetwork)
+        );
+        let r = ing.report();
+        assert_eq!(r.bad(BadLine::UnknownProvider), 2);
+        for (_, _, detail) in &r.examples {
+            assert!(
+                detail.len() < 300,
+                "{} bytes: {}",
+                detail.len(),
+                &detail[..100]
+            );
+        }
+        assert!(
+            r.examples[0].2.ends_with("(1048576 bytes)"),
+            "{}",
+            r.examples[0].2
+        );
+        assert!(
+            r.examples[1]
+                .2
+                .starts_with("2000 unknown providers, the first"),
+            "{}",
+            r.examples[1].2
+        );
+        assert_eq!(b.quality().unknown_provider, 2001);
+    }
+
+    #[test]
+    fn a_country_must_be_an_iso_code() {
+        let mut ing =
+            Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::from_millis(2000));
+        let mut b = board();
+        for c in ["UK", "ZZ"] {
+            let line = format!(r#"{{"at":1000,"country":"{c}","ttfb":10,"provider":"fastly"}}"#);
+            assert_eq!(
+                ing.ingest_line(line.as_bytes(), &mut b),
+                Err(BadLine::BadNetwork)
+            );
+        }
+        let line = br#"{"at":1000,"country":"GB","ttfb":10,"provider":"fastly"}"#;
+        assert_eq!(ing.ingest_line(line, &mut b), Ok(1));
+    }
+
     #[test]
     fn finds_newlines_anywhere_in_a_word() {
         for n in 0..40 {
@@ -712,8 +1004,8 @@ mod tests {
     #[test]
     fn a_reader_stream_gives_the_same_report_as_bytes() {
         let text = b"{\"at\":1,\"ttfb\":10,\"provider\":\"fastly\"}\r\n\n{\"at\":1}\n{\"at\":1,\"ttfb\":11,\"provider\":\"cloudflare\"}";
-        let mut a = Ingestor::new(crate::resolve::NoResolver);
-        let mut b = Ingestor::new(crate::resolve::NoResolver);
+        let mut a = Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::EPOCH);
+        let mut b = Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::EPOCH);
         let (mut ba, mut bb) = (board(), board());
         a.ingest_bytes(text, &mut ba);
         b.ingest_reader(&text[..], &mut bb).unwrap();

@@ -44,8 +44,9 @@
 //! let policy = Policy::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/policy.yaml"))?;
 //! let rum = &policy.steering.rum;
 //! let mut board = Scoreboard::new(ScoreboardConfig::from_policy(rum), &policy.provider_ids())?;
-//! let mut ingest = Ingestor::new(PrefixTable::from_lines("198.51.100.0/24 AS7922 US")?);
 //! let now = Timestamp::parse_rfc3339("2026-12-01T09:00:00Z")?;
+//! let mut ingest =
+//!     Ingestor::new(PrefixTable::from_lines("198.51.100.0/24 AS7922 US")?).received_at(now);
 //! let mut lines = String::new();
 //! for i in 0..400u64 {
 //!     let (provider, ttfb) = if i % 2 == 0 { ("fastly", 240) } else { ("cloudflare", 90) };

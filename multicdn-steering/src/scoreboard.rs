@@ -152,6 +152,24 @@ impl ScoreboardConfig {
                 why: format!("{:?} is under one second; use a few minutes", self.bucket),
             });
         }
+        if self.bucket > Duration::from_secs(MAX_BUCKET_SECS) {
+            return Err(SteeringError::Config {
+                field: "bucket",
+                why: format!(
+                    "{:?} is over a year ({MAX_BUCKET_SECS} s), the longest bucket",
+                    self.bucket
+                ),
+            });
+        }
+        if self.retention.as_millis() / self.bucket.as_millis() > u128::from(MAX_BUCKETS) {
+            return Err(SteeringError::Config {
+                field: "retention",
+                why: format!(
+                    "{:?} is over {MAX_BUCKETS} buckets of {:?}; use longer buckets",
+                    self.retention, self.bucket
+                ),
+            });
+        }
         if self.retention < self.bucket {
             return Err(SteeringError::Config {
                 field: "retention",
@@ -174,15 +192,23 @@ impl ScoreboardConfig {
     }
 
     fn bucket_ms(&self) -> u64 {
-        self.bucket.as_millis() as u64
+        // Checked: at least a second, at most a year.
+        u64::try_from(self.bucket.as_millis()).unwrap_or(u64::MAX)
     }
 
     fn retention_buckets(&self) -> u32 {
-        (self.retention.as_millis() as u64)
-            .div_ceil(self.bucket_ms())
-            .max(1) as u32
+        let ms = u64::try_from(self.retention.as_millis()).unwrap_or(u64::MAX);
+        // Checked: at most MAX_BUCKETS.
+        u32::try_from(ms.div_ceil(self.bucket_ms()))
+            .unwrap_or(MAX_BUCKETS)
+            .max(1)
     }
 }
+
+/// The longest bucket, in seconds (a year).
+const MAX_BUCKET_SECS: u64 = 366 * 86_400;
+/// The most buckets a retention may span.
+const MAX_BUCKETS: u32 = 100_000;
 
 /// A provider's position in the scoreboard's provider list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -223,6 +249,9 @@ pub enum Recorded {
     TooOld,
     /// A provider the scoreboard does not know: dropped.
     UnknownProvider,
+    /// A time so far ahead that its bucket cannot be numbered: dropped, never stored under a
+    /// wrapped-around bucket.
+    OutOfRange,
 }
 
 /// Counts of what the scoreboard kept and dropped.
@@ -242,6 +271,9 @@ pub struct Quality {
     pub too_old: u64,
     /// Samples naming a provider the scoreboard does not know.
     pub unknown_provider: u64,
+    /// Samples dated too far ahead for a bucket number.
+    #[serde(default)]
+    pub out_of_range: u64,
 }
 
 impl Quality {
@@ -252,6 +284,7 @@ impl Quality {
         self.implausible += o.implausible;
         self.too_old += o.too_old;
         self.unknown_provider += o.unknown_provider;
+        self.out_of_range += o.out_of_range;
     }
 }
 
@@ -629,6 +662,11 @@ impl Scoreboard {
             + self.cells.values().map(Cell::heap_bytes).sum::<usize>()
     }
 
+    /// The bucket holding `now`; a time past the last numbered bucket reads as the last.
+    fn bucket_at(&self, now: Timestamp) -> u32 {
+        u32::try_from(now.as_millis() / self.bucket_ms).unwrap_or(u32::MAX)
+    }
+
     /// Stores one sample.
     #[inline]
     pub fn insert(&mut self, s: &Sample) -> Recorded {
@@ -658,7 +696,10 @@ impl Scoreboard {
             country: s.network.country,
         };
         let at = s.at.as_millis();
-        let index = (at / self.bucket_ms) as u32;
+        let Ok(index) = u32::try_from(at / self.bucket_ms) else {
+            self.quality.out_of_range += 1;
+            return Recorded::OutOfRange;
+        };
         let bin = value.map(sketch::bin_of_positive);
         let cell = match self.cells.entry(key.pack()) {
             Entry::Occupied(o) => o.into_mut(),
@@ -728,7 +769,7 @@ impl Scoreboard {
 
     /// Drops buckets older than the retention as of `now`, and cells left empty.
     pub fn expire(&mut self, now: Timestamp) {
-        let current = (now.as_millis() / self.bucket_ms) as u32;
+        let current = self.bucket_at(now);
         let oldest_kept = current.saturating_sub(self.keep - 1);
         self.cells.retain(|_, cell| {
             // The open bucket is the newest: when it is out, all are.
@@ -785,8 +826,14 @@ impl Scoreboard {
 
     /// Rolls the buckets of the `window` ending at `now` up into every cut.
     pub fn snapshot(&self, now: Timestamp, window: Duration) -> Snapshot {
-        let current = (now.as_millis() / self.bucket_ms) as u32;
-        let span = (window.as_millis() as u64).div_ceil(self.bucket_ms).max(1) as u32;
+        let current = self.bucket_at(now);
+        let span = u32::try_from(
+            u64::try_from(window.as_millis())
+                .unwrap_or(u64::MAX)
+                .div_ceil(self.bucket_ms),
+        )
+        .unwrap_or(u32::MAX)
+        .max(1);
         let first = current.saturating_sub(span - 1);
         let mut cuts: HashMap<CutKey, Agg> = HashMap::new();
         let mut base: Vec<(BaseKey, Agg)> = Vec::new();
@@ -1421,9 +1468,9 @@ mod tests {
                 for asn in [None, Some(0), Some(7922), Some(u32::MAX)] {
                     for country in [
                         None,
-                        Country::new("AA").ok(),
+                        Country::new("AD").ok(),
                         Country::new("de").ok(),
-                        Country::new("ZZ").ok(),
+                        Country::new("ZW").ok(),
                     ] {
                         let key = BaseKey {
                             metric,

@@ -18,6 +18,7 @@ use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig};
 use multicdn_steering::scorer::AvailabilityThenLatency;
 
 const POLICY: &str = r#"
+site: {host: www.example.com}
 providers:
   fastly: {kind: fastly, edge_host: f.example.net, service_id: svc}
   cloudflare: {kind: cloudflare, edge_host: c.example.net, zone_id: zone}
@@ -143,6 +144,7 @@ fn one_degraded_asn_moves_in_damped_steps_returns_only_past_hysteresis_and_stale
                     ));
                 }
             }
+            ingest.set_received_at(now);
             ingest.ingest_bytes(lines.as_bytes(), &mut board);
             last_data = now;
         }
