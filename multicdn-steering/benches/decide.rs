@@ -16,6 +16,7 @@ use multicdn_steering::engine::{CohortInput, EngineState, Inputs, ProviderEviden
 const COHORTS: usize = 100_000;
 
 const POLICY: &str = r#"
+site: {host: www.example.com}
 providers:
   fastly: {kind: fastly, edge_host: f.example.net, service_id: svc}
   cloudflare: {kind: cloudflare, edge_host: c.example.net, zone_id: zone}

@@ -6,15 +6,16 @@
 //! be valid:
 //!
 //! ```
-//! let yaml = "providers: {}\nhealth: {path: /h, expect: ok, regions: [a]}\nsteering: {record: w.example.com, zone: example.com, regions: []}\nsurprise: 1\n";
+//! let yaml = "site: {host: www.example.com}\nproviders: {}\nhealth: {path: /h, expect: ok, regions: [a]}\nsteering: {record: w.example.com, zone: example.com, regions: []}\nsurprise: 1\n";
 //! let err = multicdn_core::policy::Policy::from_yaml(yaml, "policy.yaml").unwrap_err();
-//! assert!(err.to_string().starts_with("policy.yaml:4:1: surprise:"), "{err}");
+//! assert!(err.to_string().starts_with("policy.yaml:5:1: surprise:"), "{err}");
 //! ```
 //!
 //! Durations are written `90s` or `10m` (or a number of seconds); shares `10%` or `12.5%`
 //! (or a number of percent). `examples/policy.yaml` is a complete file.
 
 mod location;
+mod tree;
 pub mod units;
 mod validate;
 
@@ -39,8 +40,7 @@ pub use units::{Dur, Share};
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Policy {
-    /// The site every provider fronts.
-    #[serde(default)]
+    /// The site every provider fronts (required: nothing guesses a hostname).
     pub site: Site,
     /// The CDNs, by id.
     pub providers: BTreeMap<ProviderId, ProviderSpec>,
@@ -59,20 +59,7 @@ pub struct Policy {
 #[non_exhaustive]
 pub struct Site {
     /// The public hostname (`www.example.com`), sent as `Host` to edges.
-    #[serde(default = "default_site_host")]
     pub host: String,
-}
-
-fn default_site_host() -> String {
-    "www.example.com".to_owned()
-}
-
-impl Default for Site {
-    fn default() -> Site {
-        Site {
-            host: default_site_host(),
-        }
-    }
 }
 
 /// A Cloudflare plan, which sets its purge rate limits.
@@ -657,25 +644,70 @@ impl Policy {
         Policy::from_yaml(&src, &file)
     }
 
-    /// Parses and validates a policy; `file` names it in errors.
+    /// Parses and validates a policy; `file` names it in errors. Every problem is reported,
+    /// each under its own path: a missing key under its parent
+    /// (`providers.fastly.edge_host`), an unknown key as itself.
     pub fn from_yaml(src: &str, file: &str) -> Result<Policy, PolicyError> {
         let index = LocationIndex::build(src);
-        let policy: Policy = serde_saphyr::from_str(src).map_err(|e| {
-            let position = e
-                .location()
-                .map(|l| Position {
-                    line: l.line() as usize,
-                    column: l.column() as usize,
-                })
-                .unwrap_or(Position { line: 1, column: 1 });
-            let path = index.path_at(position).unwrap_or_default().to_owned();
-            PolicyError::Invalid(vec![Diagnostic {
-                file: file.to_owned(),
-                position,
-                path,
-                message: plain_message(&e),
-            }])
-        })?;
+        let diagnostic = |path: String, message: String| Diagnostic {
+            file: file.to_owned(),
+            position: index
+                .position_of(&path)
+                .unwrap_or(Position { line: 1, column: 1 }),
+            path: printable_path(&path),
+            message,
+        };
+        let policy: Policy = match serde_saphyr::from_str(src) {
+            Ok(policy) => policy,
+            Err(e) => {
+                let position = e
+                    .location()
+                    .map(|l| Position {
+                        line: l.line() as usize,
+                        column: l.column() as usize,
+                    })
+                    .unwrap_or(Position { line: 1, column: 1 });
+                let first = Diagnostic {
+                    file: file.to_owned(),
+                    position,
+                    path: printable_path(index.path_at(position).unwrap_or_default()),
+                    message: plain_message(&e),
+                };
+                let Some(found) = tree::every_problem::<Policy>(src, REQUIRED_SECTIONS)
+                    .filter(|f| !f.problems.is_empty())
+                else {
+                    return Err(PolicyError::Invalid(vec![first]));
+                };
+                let mut all: Vec<Diagnostic> = found
+                    .problems
+                    .into_iter()
+                    .map(|(path, message)| diagnostic(path, message))
+                    .collect();
+                // What else is wrong in the parts that read, unless it only repeats a problem
+                // already reported (a check over a list missing the entry set aside).
+                if let Some((rest, set_aside)) = found.rest {
+                    // A provider set aside is still defined: its name is no unknown provider.
+                    let providers_aside: Vec<&str> = set_aside
+                        .iter()
+                        .filter_map(|p| p.strip_prefix("providers."))
+                        .map(|p| p.split(['.', '[']).next().unwrap_or(p))
+                        .collect();
+                    let overlaps = |p: &str| {
+                        set_aside.iter().any(|s| within(p, s) || within(s, p))
+                            || p.rsplit('.')
+                                .next()
+                                .is_some_and(|last| providers_aside.contains(&last))
+                    };
+                    all.extend(
+                        validate::validate(&rest)
+                            .into_iter()
+                            .filter(|(p, _)| !overlaps(p))
+                            .map(|(path, message)| diagnostic(path, message)),
+                    );
+                }
+                return Err(PolicyError::Invalid(all));
+            }
+        };
         let problems = validate::validate(&policy);
         if problems.is_empty() {
             return Ok(policy);
@@ -683,14 +715,7 @@ impl Policy {
         Err(PolicyError::Invalid(
             problems
                 .into_iter()
-                .map(|(path, message)| Diagnostic {
-                    file: file.to_owned(),
-                    position: index
-                        .position_of(&path)
-                        .unwrap_or(Position { line: 1, column: 1 }),
-                    path,
-                    message,
-                })
+                .map(|(path, message)| diagnostic(path, message))
                 .collect(),
         ))
     }
@@ -721,6 +746,30 @@ impl Policy {
     pub fn provider_ids(&self) -> Vec<ProviderId> {
         self.providers.keys().cloned().collect()
     }
+}
+
+/// The top-level sections a policy must have.
+const REQUIRED_SECTIONS: &[&str] = &["site", "providers", "health", "steering"];
+
+/// Whether `path` is `parent` or lies under it.
+fn within(path: &str, parent: &str) -> bool {
+    path.strip_prefix(parent)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        || parent.is_empty()
+}
+
+/// A path as printed: keys are the file's own text, so a control character in one is escaped
+/// (a diagnostic is one line).
+fn printable_path(path: &str) -> String {
+    path.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// The deserializer's message without its own location suffix or source snippet.

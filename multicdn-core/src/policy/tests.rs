@@ -179,3 +179,124 @@ fn a_missing_file_is_a_read_error() {
     assert!(matches!(e, PolicyError::Read { .. }));
     assert!(e.to_string().contains("/nonexistent/policy.yaml"));
 }
+
+#[test]
+fn header_names_must_be_tokens_and_values_single_lines() {
+    let src = edit(
+        "headers: { Cache-Control: \"private, no-store\" }",
+        "headers: { \"X-A\\nset req.http.Evil = 1;\": ok, X-B: \"a\\r\\nInjected: 1\", X-Ok: \"fine\\tvalue\" }",
+    );
+    let d = invalid(&src);
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!(d[0].path, "cache.routes[0].headers");
+    assert!(d[0].message.contains("RFC 9110 token"), "{}", d[0].message);
+    assert_eq!(d[1].path, "cache.routes[0].headers.X-B");
+    assert!(d[1].message.contains("line break"), "{}", d[1].message);
+    for diag in &d {
+        assert!(!diag.to_string().contains('\n'), "{diag}");
+    }
+}
+
+#[test]
+fn strings_that_reach_a_renderer_carry_no_control_characters() {
+    let src = edit("match: \"^/checkout\"", "match: \"^/check\\nout\"")
+        .replacen("[currency, trade]", "[currency, \"tr ade\"]", 1)
+        .replacen("[page, sort, colour, size]", "[page, \"a&b\"]", 1)
+        .replacen("host: www.example.com", "host: \"www.example.com\\nX\"", 1);
+    let paths: Vec<String> = invalid(&src).into_iter().map(|d| d.path).collect();
+    for want in [
+        "site.host",
+        "cache.routes[0].match",
+        "cache.cache_key.cookie_allowlist[1]",
+        "cache.cache_key.query_allowlist[1]",
+    ] {
+        assert!(paths.iter().any(|p| p == want), "{want} in {paths:?}");
+    }
+}
+
+#[test]
+fn durations_are_bounded_by_what_the_vendors_accept() {
+    let src = edit(
+        "ttl_edge: 1h\n    ttl_browser",
+        "ttl_edge: 18446744073709551615s\n    ttl_browser",
+    )
+    .replacen("ttl: 30s", "ttl: 2147483648s", 1)
+    .replacen("interval: 90s", "interval: 31d", 1);
+    let d = invalid(&src);
+    let find = |p: &str| {
+        d.iter()
+            .find(|x| x.path == p)
+            .unwrap_or_else(|| panic!("{p} in {d:?}"))
+    };
+    assert!(
+        find("cache.defaults.ttl_edge")
+            .message
+            .contains("above 31536000 s"),
+        "{d:?}"
+    );
+    assert!(
+        find("steering.ttl").message.contains("above 2147483647 s"),
+        "{d:?}"
+    );
+    assert!(
+        find("steering.failover.interval")
+            .message
+            .contains("above 2592000 s"),
+        "{d:?}"
+    );
+    // A year exactly is accepted (the example's immutable assets).
+    assert!(Policy::from_yaml(EXAMPLE, "p.yaml").is_ok());
+}
+
+#[test]
+fn countries_must_be_iso_codes() {
+    let d = invalid(&edit("match: [GB, IE, DE", "match: [UK, IE, DE"));
+    assert_eq!(d[0].path, "steering.regions[0].match", "{d:?}");
+    assert!(d[0].message.contains("ISO 3166-1"), "{}", d[0].message);
+}
+
+#[test]
+fn every_problem_gets_its_own_path_and_a_missing_key_is_named_under_its_parent() {
+    let src = edit("    edge_host: example.map.fastly.net\n", "")
+        .replacen("quorum: 3 ", "quorom: 3 ", 1)
+        .replacen("percentile: 75", "percentile: high", 1)
+        .replacen("measurement: 10%", "measurement: 200%", 1);
+    let d = invalid(&src);
+    let paths: Vec<&str> = d.iter().map(|x| x.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "providers.fastly.edge_host",
+            "health.quorom",
+            "steering.rum.percentile",
+            "steering.floors"
+        ],
+        "{d:?}"
+    );
+    assert_eq!(d[0].message, "missing field `edge_host`");
+    assert_eq!(d[0].position.line, line_of(&src, "  fastly:"));
+    assert_eq!(d[1].position.line, line_of(&src, "quorom"));
+    assert_eq!(d[2].position.line, line_of(&src, "percentile: high"));
+}
+
+#[test]
+fn required_sections_are_required() {
+    let no_site = edit("site:\n  host: www.example.com\n", "");
+    let d = invalid(&no_site);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].path, "site");
+    assert!(
+        d[0].message.contains("missing field `site`"),
+        "{}",
+        d[0].message
+    );
+    let start = EXAMPLE.find("\nhealth:").unwrap();
+    let end = EXAMPLE.find("\nsteering:").unwrap();
+    let neither = format!("{}{}", &EXAMPLE[..start], "\nfoo: 1\n").replacen(
+        "site:\n  host: www.example.com\n",
+        "",
+        1,
+    ) + &EXAMPLE[end..EXAMPLE.len()][..0];
+    let paths: Vec<String> = invalid(&neither).into_iter().map(|d| d.path).collect();
+    assert_eq!(paths, ["foo", "site", "health", "steering"]);
+}

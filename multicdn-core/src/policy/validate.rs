@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use regex::Regex;
 
-use super::{Policy, Share};
+use super::{Dur, Policy, Share};
 use crate::id::ProviderId;
 use crate::network::NetworkKey;
 use crate::traits::ProviderKind;
@@ -15,11 +15,173 @@ type Problems = Vec<(String, String)>;
 
 pub(super) fn validate(policy: &Policy) -> Problems {
     let mut problems = Vec::new();
+    site(policy, &mut problems);
     providers(policy, &mut problems);
     cache(policy, &mut problems);
     health(policy, &mut problems);
     steering(policy, &mut problems);
+    durations(policy, &mut problems);
     problems
+}
+
+/// The longest cache TTL: Cloudflare's edge and browser TTLs go up to a year (and Fastly's
+/// `beresp.ttl` and `max-age` take anything that long).
+pub(crate) const MAX_CACHE_TTL_SECS: u64 = 31_536_000;
+/// The longest DNS TTL Route 53 and NS1 accept (RFC 2181: 2^31 - 1 seconds).
+pub(crate) const MAX_DNS_TTL_SECS: u64 = 2_147_483_647;
+/// The longest of the controller's own periods (health rounds, failover steps, RUM windows):
+/// thirty days.
+pub(crate) const MAX_PERIOD_SECS: u64 = 30 * 86_400;
+/// The longest probe deadline: a minute.
+pub(crate) const MAX_TIMEOUT_SECS: u64 = 60;
+
+fn at_most(out: &mut Problems, at: String, d: Dur, max_secs: u64, why: &str) {
+    if d.get() > std::time::Duration::from_secs(max_secs) {
+        out.push((
+            at,
+            format!(
+                "{} s is above {max_secs} s, the most {why}",
+                d.get().as_secs()
+            ),
+        ));
+    }
+}
+
+/// Every duration, bounded by what the vendors (or the controller) accept.
+fn durations(policy: &Policy, out: &mut Problems) {
+    let cache_ttl = "a cache TTL may be (a year: Cloudflare's longest edge and browser TTL)";
+    let d = &policy.cache.defaults;
+    for (field, v) in [
+        ("ttl_edge", d.ttl_edge),
+        ("ttl_browser", d.ttl_browser),
+        ("stale_while_revalidate", d.stale_while_revalidate),
+        ("stale_if_error", d.stale_if_error),
+    ] {
+        at_most(
+            out,
+            format!("cache.defaults.{field}"),
+            v,
+            MAX_CACHE_TTL_SECS,
+            cache_ttl,
+        );
+    }
+    for (i, r) in policy.cache.routes.iter().enumerate() {
+        for (field, v) in [("ttl_edge", r.ttl_edge), ("ttl_browser", r.ttl_browser)] {
+            if let Some(v) = v {
+                at_most(
+                    out,
+                    format!("cache.routes[{i}].{field}"),
+                    v,
+                    MAX_CACHE_TTL_SECS,
+                    cache_ttl,
+                );
+            }
+        }
+    }
+    let h = &policy.health;
+    let period = "the controller takes (30 days)";
+    at_most(
+        out,
+        "health.interval".into(),
+        h.interval,
+        MAX_PERIOD_SECS,
+        period,
+    );
+    at_most(
+        out,
+        "health.timeout".into(),
+        h.timeout,
+        MAX_TIMEOUT_SECS,
+        "a probe may wait (a minute)",
+    );
+    if let Some(f) = h.fresh_for {
+        at_most(out, "health.fresh_for".into(), f, MAX_PERIOD_SECS, period);
+    }
+    let s = &policy.steering;
+    at_most(
+        out,
+        "steering.ttl".into(),
+        s.ttl,
+        MAX_DNS_TTL_SECS,
+        "a DNS TTL may be (Route 53's and NS1's limit, RFC 2181)",
+    );
+    at_most(
+        out,
+        "steering.failover.interval".into(),
+        s.failover.interval,
+        MAX_PERIOD_SECS,
+        period,
+    );
+    for (field, v) in [
+        ("window", s.rum.window),
+        ("absolute_gap", s.rum.absolute_gap),
+        ("settle", s.rum.settle),
+    ] {
+        at_most(
+            out,
+            format!("steering.rum.{field}"),
+            v,
+            MAX_PERIOD_SECS,
+            period,
+        );
+    }
+    at_most(
+        out,
+        "steering.guardrails.stale_after".into(),
+        s.guardrails.stale_after,
+        MAX_PERIOD_SECS,
+        period,
+    );
+}
+
+/// RFC 9110 `token`: what a header (field) name is.
+pub(crate) fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// A field value RFC 9110 allows: visible characters, spaces and tabs, no CR, LF or other
+/// control character.
+pub(crate) fn is_field_value(s: &str) -> bool {
+    !s.chars().any(|c| c.is_control() && c != '\t')
+}
+
+/// A DNS hostname: dot-separated labels of letters, digits and `-` (and `_`, used by service
+/// labels), each 1 to 63 long, 253 in all, an optional final dot.
+pub(crate) fn is_hostname(s: &str) -> bool {
+    let name = s.strip_suffix('.').unwrap_or(s);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            (1..=63).contains(&l.len())
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+/// A policy string every renderer may quote: no control character at all.
+fn printable(out: &mut Problems, at: String, s: &str) {
+    if s.chars().any(char::is_control) {
+        out.push((
+            at,
+            format!("{s:?} contains a control character (a line break, a tab, ...); remove it"),
+        ));
+    }
+}
+
+fn site(policy: &Policy, out: &mut Problems) {
+    if !is_hostname(&policy.site.host) {
+        out.push((
+            "site.host".into(),
+            format!(
+                "{:?} is not a hostname: write the public name, like www.example.com",
+                policy.site.host
+            ),
+        ));
+    }
 }
 
 fn known_list(policy: &Policy) -> String {
@@ -40,7 +202,7 @@ fn providers(policy: &Policy, out: &mut Problems) {
     }
     for (id, spec) in &policy.providers {
         let at = format!("providers.{id}");
-        if spec.edge_host.trim().is_empty() || spec.edge_host.contains(['/', ' ']) {
+        if !is_hostname(&spec.edge_host) {
             out.push((
                 format!("{at}.edge_host"),
                 format!(
@@ -60,6 +222,22 @@ fn providers(policy: &Policy, out: &mut Problems) {
             )),
             _ => {}
         }
+        for (field, v) in [
+            ("service_id", &spec.service_id),
+            ("zone_id", &spec.zone_id),
+            ("token_env", &spec.token_env),
+        ] {
+            if let Some(v) = v
+                && !v
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                out.push((
+                    format!("{at}.{field}"),
+                    format!("{v:?} may hold letters, digits, _ and - only"),
+                ));
+            }
+        }
         if spec.plan.is_some() && spec.kind != ProviderKind::Cloudflare {
             out.push((
                 format!("{at}.plan"),
@@ -70,7 +248,38 @@ fn providers(policy: &Policy, out: &mut Problems) {
 }
 
 fn cache(policy: &Policy, out: &mut Problems) {
+    let key = &policy.cache.cache_key;
+    for (i, q) in key.query_allowlist.iter().enumerate() {
+        if q.is_empty() || q.chars().any(|c| c.is_control() || "&=#".contains(c)) {
+            out.push((
+                format!("cache.cache_key.query_allowlist[{i}]"),
+                format!("{q:?} is not a query parameter name (no &, =, # or control characters)"),
+            ));
+        }
+    }
+    for (i, c) in key.cookie_allowlist.iter().enumerate() {
+        if !is_token(c) {
+            out.push((
+                format!("cache.cache_key.cookie_allowlist[{i}]"),
+                format!("{c:?} is not a cookie name (an RFC 6265 token: letters, digits and !#$%&'*+-.^_`|~)"),
+            ));
+        }
+    }
     for (i, route) in policy.cache.routes.iter().enumerate() {
+        printable(out, format!("cache.routes[{i}].match"), &route.pattern);
+        for (name, value) in &route.headers {
+            if !is_token(name) {
+                out.push((
+                    format!("cache.routes[{i}].headers"),
+                    format!("{name:?} is not a header name (an RFC 9110 token: letters, digits and !#$%&'*+-.^_`|~)"),
+                ));
+            } else if !is_field_value(value) {
+                out.push((
+                    format!("cache.routes[{i}].headers.{name}"),
+                    format!("{value:?} is not a header value: it contains a line break or another control character"),
+                ));
+            }
+        }
         if let Err(e) = Regex::new(&route.pattern) {
             let first = e
                 .to_string()
@@ -100,10 +309,14 @@ fn cache(policy: &Policy, out: &mut Problems) {
 
 fn health(policy: &Policy, out: &mut Problems) {
     let h = &policy.health;
-    if !h.path.starts_with('/') {
+    printable(out, "health.expect".into(), &h.expect);
+    if !h.path.starts_with('/') || h.path.chars().any(|c| c.is_control() || c == ' ') {
         out.push((
             "health.path".into(),
-            format!("{:?} must be a path starting with /", h.path),
+            format!(
+                "{:?} must be a path starting with /, without spaces or control characters",
+                h.path
+            ),
         ));
     }
     if h.expect.is_empty() {
@@ -224,6 +437,14 @@ fn unknown_providers<'a>(
 
 fn steering(policy: &Policy, out: &mut Problems) {
     let s = &policy.steering;
+    for (field, name) in [("record", &s.record), ("zone", &s.zone)] {
+        if !is_hostname(name) {
+            out.push((
+                format!("steering.{field}"),
+                format!("{name:?} is not a DNS name, like www.example.com"),
+            ));
+        }
+    }
     if !s
         .record
         .trim_end_matches('.')
@@ -387,6 +608,7 @@ fn steering(policy: &Policy, out: &mut Problems) {
     for (i, pin) in s.pins.iter().enumerate() {
         let at = format!("steering.pins[{i}]");
         weights_map(policy, &format!("{at}.weights"), &pin.weights, out);
+        printable(out, format!("{at}.reason"), &pin.reason);
         if pin.reason.trim().is_empty() {
             out.push((
                 format!("{at}.reason"),

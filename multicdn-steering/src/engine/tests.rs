@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use super::*;
 
 const BASE: &str = r#"
+site: {host: www.example.com}
 providers:
   fastly: {kind: fastly, edge_host: f.example.net, service_id: svc}
   cloudflare: {kind: cloudflare, edge_host: c.example.net, zone_id: zone}
@@ -376,6 +377,7 @@ fn decisions_are_deterministic() {
 // ---- properties -------------------------------------------------------------------------
 
 const THREE: &str = r#"
+site: {host: www.example.com}
 providers:
   fastly: {kind: fastly, edge_host: f.example.net, service_id: svc}
   cloudflare: {kind: cloudflare, edge_host: c.example.net, zone_id: zone}
