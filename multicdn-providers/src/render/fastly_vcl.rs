@@ -139,7 +139,7 @@ impl FastlyRendering {
         } else {
             out.push_str("# warnings:\n");
             for w in &self.warnings {
-                let _ = writeln!(out, "#   - {w}");
+                let _ = writeln!(out, "#   - {}", comment_text(&w.to_string()));
             }
         }
         for s in &self.snippets {
@@ -204,7 +204,7 @@ fn route_condition(routes: &[ResolvedRoute], patterns: &[String], i: usize) -> S
 }
 
 fn describe(r: &ResolvedRoute) -> String {
-    format!("# {} match {}", r.at(), r.pattern)
+    format!("# {} match {}", r.at(), comment_text(&r.pattern))
 }
 
 fn recv_routes(routes: &[ResolvedRoute], cond: &dyn Fn(usize) -> String) -> Option<Snippet> {
@@ -529,6 +529,20 @@ impl PlanItem for Snippet {
     }
 }
 
+/// `s` safe inside a `#` comment: a control character (a line break would end the comment
+/// and make the rest live VCL) is written as its escape.
+fn comment_text(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// Letters, digits, `-` and `_`: what VCL accepts after `resp.http.` or `Cookie:`.
 fn is_vcl_name(s: &str) -> bool {
     !s.is_empty()
@@ -562,6 +576,44 @@ mod tests {
         assert_eq!(vcl_string("100%").as_deref(), Some("{\"100%\"}"));
         assert_eq!(vcl_string("x\"}y"), None);
         assert_eq!(vcl_string("a\nb"), None);
+    }
+
+    #[test]
+    fn a_line_break_in_a_warning_stays_inside_its_comment() {
+        let rendering = FastlyRendering {
+            snippets: Vec::new(),
+            warnings: vec![RenderWarning {
+                feature: "cache.routes[0].headers.X\nset req.http.Evil = \"1\";".into(),
+                kind: crate::render::WarningKind::Unsupported,
+                why: "not a header name".into(),
+            }],
+        };
+        let file = rendering.to_vcl_file();
+        assert!(
+            file.lines().all(|l| l.is_empty() || l.starts_with('#')),
+            "{file}"
+        );
+        assert!(file.contains("X\\nset req.http.Evil"), "{file}");
+    }
+
+    #[test]
+    fn a_header_name_with_a_line_break_never_becomes_live_vcl() {
+        // What `policy render` did with a name validation let through: the warning's comment
+        // ended at the line break and the rest was VCL.
+        let cache: CachePolicy = serde_json::from_value(serde_json::json!({
+            "routes": [{"match": "^/a", "headers": {"X\nset req.http.Evil = \"1\";\n#": "v"}}]
+        }))
+        .unwrap();
+        let file = render_fastly(&cache, RenderMode::Lenient)
+            .unwrap()
+            .to_vcl_file();
+        assert!(
+            !file
+                .lines()
+                .any(|l| l.trim_start().starts_with("set req.http.Evil")),
+            "{file}"
+        );
+        assert!(render_fastly(&cache, RenderMode::Strict).is_err());
     }
 
     #[test]
