@@ -76,6 +76,8 @@ pub mod cloudflare;
 pub mod fanout;
 #[cfg(feature = "fastly")]
 pub mod fastly;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod memory;
 #[cfg(feature = "ns1")]

@@ -9,7 +9,7 @@
 
 pub mod deploy;
 mod limits;
-mod wire;
+pub(crate) mod wire;
 
 use std::fmt;
 

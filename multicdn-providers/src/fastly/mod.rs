@@ -10,7 +10,7 @@
 
 pub mod deploy;
 mod limits;
-mod wire;
+pub(crate) mod wire;
 
 use std::fmt;
 
