@@ -256,12 +256,12 @@ fn vocab() -> &'static Vocab {
             }
             if let Ok(c) = render_cloudflare(&policy.cache, target_of(&policy), RenderMode::Lenient)
             {
-                for rs in c.rulesets() {
-                    for r in &rs.rules {
-                        for t in cf_tokens(&r.expression).unwrap_or_default() {
-                            if let Tok::Word(w) = t {
-                                cf.insert(w.to_owned());
-                            }
+                let json: serde_json::Value =
+                    serde_json::from_str(&c.to_json_file()).unwrap_or_default();
+                for e in expressions(&json) {
+                    for t in cf_tokens(e).unwrap_or_default() {
+                        if let Tok::Word(w) = t {
+                            cf.insert(w.to_owned());
                         }
                     }
                 }
@@ -290,6 +290,27 @@ fn check_vcl(vcl: &str, words: &BTreeSet<String>) {
             "{w:?} stands outside any string or comment\n{vcl}"
         );
     }
+}
+
+/// Every `expression` string anywhere in a rendering.
+fn expressions(v: &serde_json::Value) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    match v.as_str() {
+                        Some(e) if k == "expression" => out.push(e),
+                        _ => stack.push(v),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    out
 }
 
 fn check_cloudflare(json: &str, words: &BTreeSet<String>) {
