@@ -70,6 +70,7 @@ fn decide_round(c: &mut Criterion) {
                 .iter()
                 .enumerate()
                 .map(|(k, p)| ProviderEvidence {
+                    stderr: None,
                     provider: p.clone(),
                     score: Some(base + if k == (i as usize % 3) { gap } else { 0.0 }),
                     samples: 500 + next() % 5000,

@@ -94,5 +94,6 @@ pub mod journal;
 pub mod resolve;
 pub mod scoreboard;
 pub mod scorer;
+pub mod sim;
 pub mod sketch;
 pub mod video;
