@@ -7,9 +7,7 @@ use std::fmt::Write as _;
 
 use multicdn_core::{CohortId, Policy, ProviderId, TOTAL_BP, Timestamp};
 
-use super::{
-    Actuated, Network, REGIONS, World, fastly_moved, hour, is_optimizing, mode_is_deadman,
-};
+use super::{Actuated, Network, REGIONS, World, fastly_moved, is_optimizing, mode_is_deadman};
 use crate::engine::Decision;
 use crate::journal::Rule;
 
@@ -111,7 +109,7 @@ pub(crate) struct Trace {
     /// Share-weighted optimizing bp moved per minute.
     moved: Vec<f64>,
     floor_violations: usize,
-    first_deadman: Option<u32>,
+    deadman: Vec<u32>,
     networks_of: HashMap<CohortId, Vec<usize>>,
     asns: Vec<u32>,
 }
@@ -125,7 +123,7 @@ impl Trace {
             rum: Vec::new(),
             moved: vec![0.0; m],
             floor_violations: 0,
-            first_deadman: None,
+            deadman: Vec::new(),
             networks_of: HashMap::new(),
             asns: networks.iter().map(|n| n.asn).collect(),
         }
@@ -169,8 +167,8 @@ impl Trace {
         if under {
             self.floor_violations += 1;
         }
-        if mode_is_deadman(d) && self.first_deadman.is_none() {
-            self.first_deadman = Some(minute);
+        if mode_is_deadman(d) {
+            self.deadman.push(minute);
         }
     }
 
@@ -298,8 +296,9 @@ pub(crate) fn finish(
     }
     let pipeline = (world.pipeline_outage.0 * 60.0).round() as u32;
     let deadman_after_min = trace
-        .first_deadman
-        .filter(|m| *m >= pipeline)
+        .deadman
+        .iter()
+        .find(|m| **m >= pipeline)
         .map(|m| m - pipeline);
     let mut max_hour = 0.0f64;
     for m in 0..trace.moved.len() {
@@ -307,7 +306,6 @@ pub(crate) fn finish(
         let s: f64 = trace.moved[from..=m].iter().sum();
         max_hour = max_hour.max(s);
     }
-    let _ = hour(0);
     Report {
         capture_vs_best_single: (capture(best.0, lp.0, or.0), capture(best.1, lp.1, or.1)),
         capture_vs_static: (capture(st.0, lp.0, or.0), capture(st.1, lp.1, or.1)),
