@@ -9,8 +9,10 @@
 //!    once; never limited by the movement caps (it is safety, not optimisation). When every
 //!    provider is down, the static weights: never an empty answer.
 //! 2. **Pins** set a network's split until they lapse; the journal records their reason.
-//! 3. **Significance**: a RUM move needs a gap beyond both `relative_gap` (of the slower
-//!    provider's score) and `absolute_gap`.
+//! 3. **Significance**: a RUM move needs a gap beyond `relative_gap` (of the slower provider's
+//!    score), `absolute_gap`, and [`SIGNIFICANCE_Z`] standard errors of the difference (each
+//!    score's [`ProviderEvidence::stderr`], from its cell's count and spread): a thin or noisy
+//!    cell cannot move traffic, a thick one with a clear gap moves in the round it shows.
 //! 4. **Hysteresis**: moving traffic back the way the last move came needs both gaps times
 //!    `switch_back_factor`.
 //! 5. **Damping**: one move shifts at most `step`, from the slowest provider with room above
@@ -32,7 +34,12 @@
 //! steps and floors are safety, and exact to the basis point.
 //!
 //! After a failover, once every provider is up again, the cohort returns to its weights from
-//! before the failover in damped, settled steps (rule `recovery`), within the guardrails.
+//! before the failover in damped, settled steps (rule `recovery`), within the guardrails, on a
+//! budget of its own (`EngineState::recent_recovery`, `CohortMemory::recent_recovery`: the
+//! same caps, counted apart from the optimisation's, so an outage's return never starves RUM
+//! of its hourly movement, nor RUM the return). Recovery follows the cohort's own evidence:
+//! when its scores show the returning provider slower than the fastest beyond the significance
+//! gap, recovery ends there and RUM decides.
 //!
 //! **Cohorts.** The policy's regions are cohorts, with static weights. Finer cohorts (an ASN
 //! with steerable cells, a pinned network) are carved out of the region holding them and start
