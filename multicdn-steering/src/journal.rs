@@ -865,6 +865,37 @@ mod tests {
     }
 
     #[test]
+    fn failover_recovery_and_deadman_back_and_forth_is_not_oscillation() {
+        let mut j = Journal::new();
+        let mut a = 5000;
+        for (i, rule) in [
+            Rule::Failover,
+            Rule::Recovery,
+            Rule::Deadman,
+            Rule::Failover,
+        ]
+        .into_iter()
+        .cycle()
+        .take(8)
+        .enumerate()
+        {
+            let next = if i % 2 == 0 { 1000 } else { 5000 };
+            let mut e = entry(i as u64 * 300, "default", a, next, (1.0, 1.0));
+            e.rule = rule;
+            j.extend([e]);
+            a = next;
+        }
+        let h = j.loop_health(
+            Timestamp::EPOCH,
+            Timestamp::from_secs(86_400),
+            Duration::from_secs(3600),
+            3,
+        );
+        assert_eq!(h.moves, 8);
+        assert!(h.oscillating.is_empty(), "{:?}", h.oscillating);
+    }
+
+    #[test]
     fn realized_improvement_scores_both_splits_on_the_next_measurement() {
         let mut j = Journal::new();
         // Moved 50/50 -> 70/30 at a=100, b=200; remeasured a=110, b=200: the old split would

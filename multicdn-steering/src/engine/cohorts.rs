@@ -244,7 +244,7 @@ pub fn quantile_stderr(stats: &CellStats, percentile: Percentile) -> Option<f64>
     };
     let n = stats.samples as f64 * stats.availability.unwrap_or(1.0);
     let (p50, p90) = (stats.p50?, stats.p90?);
-    if n < 1.0 || !(p90 >= p50) {
+    if n < 1.0 || p90.partial_cmp(&p50).is_none_or(|o| o.is_lt()) {
         return None;
     }
     let per_unit = (p90 - p50) / 0.4;

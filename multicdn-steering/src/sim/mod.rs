@@ -507,12 +507,12 @@ pub fn run(world: &World, policy: &Policy) -> Result<Report, SteeringError> {
                 share[n.region][0] += n.share * f;
                 share[n.region][1] += n.share * (1.0 - f);
             }
-            for (r, s) in share.iter().enumerate() {
+            for (hit, s) in a.hit.iter_mut().zip(&share) {
                 let tot = (s[0] + s[1]).max(f64::MIN_POSITIVE);
-                for p in 0..2 {
-                    let x = s[p] / tot;
+                for (h, x) in hit.iter_mut().zip(s) {
+                    let x = x / tot;
                     let target = world.hit_max * x / (x + world.hit_half_share);
-                    a.hit[r][p] += alpha * (target - a.hit[r][p]);
+                    *h += alpha * (target - *h);
                 }
             }
         }
