@@ -515,7 +515,7 @@ pub async fn run(options: &Options) -> Result<Report, ScenarioError> {
                 current: &plan,
                 cohorts: &cohorts,
                 health: &health,
-                data_as_of: Some(now),
+                data_as_of: snapshot.newest_sample(),
                 state: &state,
             },
         );

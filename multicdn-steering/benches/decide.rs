@@ -1,5 +1,9 @@
-//! One full decision round over 100,000 cohorts × 3 providers, a fifth of them moving. The
-//! timing includes freeing each round's decision, as a loop replacing its last plan would.
+//! One full decision round over 100,000 cohorts × 3 providers, in the middle of a day: a
+//! provider failed over (its cohorts remember their weights from before), pins in force,
+//! cohorts settling and under hysteresis from a round twenty minutes earlier, a tenth of the
+//! cohorts under `min_samples`, scores with their standard errors, and an hourly cap that
+//! binds (a fifth of the cohorts see a significant gap; the cap lets only part of them move).
+//! The timing includes freeing each round's decision, as a loop replacing its last plan would.
 //!
 //! `cargo bench -p multicdn-steering --bench decide -- --warm-up-time 1 --measurement-time 3`
 
@@ -11,7 +15,9 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use multicdn_core::{CohortId, CohortPlan, NetworkKey, Policy, ProviderId, Timestamp, Weights};
-use multicdn_steering::engine::{CohortInput, EngineState, Inputs, ProviderEvidence, decide};
+use multicdn_steering::engine::{
+    CohortInput, EngineState, Inputs, ProviderEvidence, ProviderHealth, decide,
+};
 
 const COHORTS: usize = 100_000;
 
@@ -33,8 +39,13 @@ steering:
       match: ["*"]
       weights: {fastly: 40%, cloudflare: 40%, edgeco: 20%}
   floors: {measurement: 10%}
-  rum: {min_samples: 200, relative_gap: 10%, absolute_gap: 20ms, step: 20%, settle: 10m}
-  guardrails: {max_moved_per_hour: 30%, max_change_per_cohort: 40%, stale_after: 15m}
+  failover: {steps: [50%, 100%], interval: 1m}
+  rum: {min_samples: 200, relative_gap: 10%, absolute_gap: 20ms, step: 20%, settle: 30m}
+  guardrails: {max_moved_per_hour: 3%, max_change_per_cohort: 40%, stale_after: 15m}
+  pins:
+    - {network: AS10007, weights: {fastly: 50%, cloudflare: 40%, edgeco: 10%}, until: 2030-01-01T00:00:00Z, reason: peering maintenance}
+    - {network: AS10500, weights: {fastly: 80%, cloudflare: 10%, edgeco: 10%}, until: 2030-01-01T00:00:00Z, reason: commit}
+    - {network: AS60000, weights: {fastly: 30%, cloudflare: 60%, edgeco: 10%}, until: 2030-01-01T00:00:00Z, reason: known event}
 "#;
 
 fn decide_round(c: &mut Criterion) {
@@ -70,19 +81,47 @@ fn decide_round(c: &mut Criterion) {
             evidence: providers
                 .iter()
                 .enumerate()
-                .map(|(k, p)| ProviderEvidence {
-                    provider: p.clone(),
-                    score: Some(base + if k == (i as usize % 3) { gap } else { 0.0 }),
-                    samples: 500 + next() % 5000,
+                .map(|(k, p)| {
+                    // A tenth of the cohorts are thin: under min_samples, they cannot move.
+                    let samples = if i % 10 == 3 {
+                        50 + next() % 150
+                    } else {
+                        500 + next() % 5000
+                    };
+                    let score = base + if k == (i as usize % 3) { gap } else { 0.0 };
+                    ProviderEvidence::new(p.clone(), Some(score), samples)
+                        .with_stderr(Some(0.5 * score / (samples as f64).sqrt()))
                 })
                 .collect(),
         });
     }
     asn_cohorts.append(&mut plan.cohorts);
     plan.cohorts = asn_cohorts;
-    let health = BTreeMap::new();
-    let state = EngineState::new();
+    // Twenty minutes earlier: edgeco went down five minutes before that, and that round's
+    // moves left cohorts settling, under hysteresis, and spent part of the hourly cap.
     let now = Timestamp::from_secs(1_800_000_000);
+    let earlier = Timestamp::from_secs(1_800_000_000 - 20 * 60);
+    let mut health = BTreeMap::new();
+    health.insert(
+        providers
+            .iter()
+            .find(|p| p.as_str() == "edgeco")
+            .unwrap()
+            .clone(),
+        ProviderHealth::down(Timestamp::from_secs(1_800_000_000 - 25 * 60)),
+    );
+    let first = decide(
+        earlier,
+        &Inputs {
+            policy: &policy,
+            current: &plan,
+            cohorts: &inputs,
+            health: &health,
+            data_as_of: Some(earlier),
+            state: &EngineState::new(),
+        },
+    );
+    let (plan, state) = (first.plan, first.state);
     let round = Inputs {
         policy: &policy,
         current: &plan,
@@ -92,11 +131,16 @@ fn decide_round(c: &mut Criterion) {
         state: &state,
     };
     let d = decide(now, &round);
+    let mut rules: BTreeMap<String, usize> = BTreeMap::new();
+    for e in &d.journal {
+        *rules.entry(format!("{:?}", e.rule)).or_default() += 1;
+    }
     eprintln!(
-        "decide: {} cohorts in the plan, {} journal entries, {} held by guardrails",
+        "decide: {} cohorts in the plan, {} journal entries {rules:?}, {} held by guardrails, {} in memory",
         d.plan.cohorts.len(),
         d.journal.len(),
-        d.held.len()
+        d.held.len(),
+        state.cohorts.len()
     );
     let mut group = c.benchmark_group("decide");
     group.throughput(Throughput::Elements(COHORTS as u64));

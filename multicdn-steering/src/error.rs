@@ -39,6 +39,9 @@ pub enum SteeringError {
     /// Two scoreboards or sketches that cannot be merged.
     #[error("cannot merge: {0}")]
     Merge(String),
+    /// A simulated world that cannot be played.
+    #[error("cannot simulate: {0}")]
+    Sim(String),
     /// A scoreboard or engine setting out of range.
     #[error("invalid setting {field}: {why}")]
     Config {

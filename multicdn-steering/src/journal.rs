@@ -157,6 +157,9 @@ struct EvidenceFile {
     scores: BTreeMap<ProviderId, f64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     samples: BTreeMap<ProviderId, u64>,
+    /// Standard errors of the scores, where the cells gave them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    stderr: BTreeMap<ProviderId, f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     gap_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -183,6 +186,11 @@ impl From<Evidence> for EvidenceFile {
                 .iter()
                 .map(|p| (p.provider.clone(), p.samples))
                 .collect(),
+            stderr: e
+                .providers
+                .iter()
+                .filter_map(|p| p.stderr.map(|s| (p.provider.clone(), s)))
+                .collect(),
             gap_ms: e.gap_ms,
             gap_relative: e.gap_relative,
             required_ms: e.required_ms,
@@ -201,12 +209,14 @@ impl From<EvidenceFile> for Evidence {
             .into_iter()
             .map(|(provider, samples)| ProviderEvidence {
                 score: f.scores.remove(&provider),
+                stderr: f.stderr.remove(&provider),
                 provider,
                 samples,
             })
             .collect();
         // A score written without its samples.
         providers.extend(f.scores.into_iter().map(|(provider, s)| ProviderEvidence {
+            stderr: f.stderr.remove(&provider),
             provider,
             score: Some(s),
             samples: 0,
@@ -577,10 +587,10 @@ impl Journal {
         for e in period.iter().rev() {
             if e.is_move()
                 && matches!(e.rule, Rule::Rum | Rule::Pin | Rule::Recovery)
-                && let (Some(before), Some(later)) = (
-                    JournalEntry::blended(&e.before, &e.evidence),
-                    next_scored.get(&e.cohort),
-                )
+                && let Some(later) = next_scored.get(&e.cohort)
+                // Like with like: both splits scored on the same, later measurement (the
+                // move's own evidence was read at another moment, on other caches).
+                && let Some(before) = JournalEntry::blended(&e.before, &later.evidence)
                 && let Some(after) = JournalEntry::blended(&e.after, &later.evidence)
             {
                 out.push(Improvement {
@@ -609,7 +619,9 @@ fn oscillations(moves: &[&JournalEntry], window: Duration, threshold: usize) -> 
     for (cohort, list) in by_cohort {
         let mut reversal_times: Vec<Timestamp> = Vec::new();
         let mut last: Option<(ProviderId, ProviderId)> = None;
-        for m in list {
+        // Only the loop reversing itself on RUM is oscillation: failover, recovery, the
+        // deadman and floors answer health and policy, not the scores.
+        for m in list.into_iter().filter(|m| m.rule == Rule::Rum) {
             let Some(dir) = m.direction() else { continue };
             if let Some((from, to)) = &last
                 && *from == dir.1
@@ -714,6 +726,7 @@ mod tests {
                 providers: [(p("a"), scores.0), (p("b"), scores.1)]
                     .into_iter()
                     .map(|(provider, s)| ProviderEvidence {
+                        stderr: None,
                         provider,
                         score: Some(s),
                         samples: 500,
@@ -787,16 +800,19 @@ mod tests {
         // Listed out of order, with one provider that could not be scored.
         e.evidence.providers = vec![
             ProviderEvidence {
+                stderr: None,
                 provider: p("b"),
                 score: Some(98.25),
                 samples: 4210,
             },
             ProviderEvidence {
+                stderr: None,
                 provider: p("c"),
                 score: None,
                 samples: 12,
             },
             ProviderEvidence {
+                stderr: None,
                 provider: p("a"),
                 score: Some(120.5),
                 samples: 3900,
@@ -849,9 +865,41 @@ mod tests {
     }
 
     #[test]
-    fn realized_improvement_compares_before_with_the_next_measurement() {
+    fn failover_recovery_and_deadman_back_and_forth_is_not_oscillation() {
         let mut j = Journal::new();
-        // 50/50 at a=100, b=200: 150 blended. Moved to 70/30; remeasured a=110, b=200: 137.
+        let mut a = 5000;
+        for (i, rule) in [
+            Rule::Failover,
+            Rule::Recovery,
+            Rule::Deadman,
+            Rule::Failover,
+        ]
+        .into_iter()
+        .cycle()
+        .take(8)
+        .enumerate()
+        {
+            let next = if i % 2 == 0 { 1000 } else { 5000 };
+            let mut e = entry(i as u64 * 300, "default", a, next, (1.0, 1.0));
+            e.rule = rule;
+            j.extend([e]);
+            a = next;
+        }
+        let h = j.loop_health(
+            Timestamp::EPOCH,
+            Timestamp::from_secs(86_400),
+            Duration::from_secs(3600),
+            3,
+        );
+        assert_eq!(h.moves, 8);
+        assert!(h.oscillating.is_empty(), "{:?}", h.oscillating);
+    }
+
+    #[test]
+    fn realized_improvement_scores_both_splits_on_the_next_measurement() {
+        let mut j = Journal::new();
+        // Moved 50/50 -> 70/30 at a=100, b=200; remeasured a=110, b=200: the old split would
+        // now give 155, the new one gives 137 (like with like: one measurement, both splits).
         j.extend([
             entry(0, "as1", 5000, 7000, (100.0, 200.0)),
             entry(600, "as1", 7000, 7000, (110.0, 200.0)),
@@ -864,8 +912,8 @@ mod tests {
         );
         assert_eq!(h.improvements.len(), 1);
         let i = &h.improvements[0];
-        assert!((i.before_ms - 150.0).abs() < 1e-9);
+        assert!((i.before_ms - 155.0).abs() < 1e-9);
         assert!((i.after_ms - 137.0).abs() < 1e-9);
-        assert!((h.mean_gain_ms.unwrap() - 13.0).abs() < 1e-9);
+        assert!((h.mean_gain_ms.unwrap() - 18.0).abs() < 1e-9);
     }
 }

@@ -16,7 +16,10 @@
 //!    continent, `*`), each cell with a mergeable 1%-accurate quantile sketch, its sample count
 //!    and age, marked steerable or insufficient-data, falling back ASN → country → continent →
 //!    global when thin. Scoreboards serialise and merge, so shards on several machines combine.
-//! 3. **Scorers** ([`scorer`]): p75 TTFB; availability first, then latency; cost-aware.
+//! 3. **Scorers** ([`scorer`]): p75 TTFB; availability first, then latency; cost-aware. The
+//!    paired client probe decides wherever it runs (same user, same moment, every provider:
+//!    no cache-share bias); navigation TTFB only where no probe runs
+//!    ([`engine::cohorts`] says why). Each score carries its standard error.
 //! 4. **Decision** ([`engine`]): `decide(now, inputs) -> Decision`, pure and deterministic. Health
 //!    failover in steps, pins, significance, hysteresis, damping, floors, then the guardrails:
 //!    hourly movement cap weighted by traffic, per-cohort cap, the deadman (stale inputs →
@@ -24,10 +27,17 @@
 //!    passed in and returned.
 //! 5. **Journal** ([`journal`]): every change with its rule and evidence, in memory and as JSON
 //!    Lines; queries by cohort, network and time; the loop's own health (moves per day,
-//!    oscillation, realized improvement).
+//!    oscillation counted on RUM reversals only, realized improvement scoring both splits on
+//!    one later measurement).
+//! 6. **Simulator** ([`sim`]): a day with ground truth, the loop against static weights, each
+//!    CDN alone and an oracle (the `simulate` example).
 //!
-//! **Cohorts.** The policy's regions are cohorts with static weights. An ASN whose cells are
-//! steerable for every provider becomes its own cohort, carved out of its region and starting
+//! `Inputs::data_as_of` should be [`scoreboard::Snapshot::newest_sample`]: the deadman then
+//! fires when beacons stop, whatever the caller does.
+//!
+//! **Cohorts.** The policy's regions are cohorts with static weights. An ASN whose own cells
+//! are steerable for every provider becomes its own cohort (when they go thin it holds, or
+//! rejoins its region; it never moves on its country's cut), carved out of its region and starting
 //! from the region's weights; a pinned network too. A region is scored on the traffic it serves
 //! without its carved-out ASNs, and a cohort's share of all samples weights the hourly cap.
 //!
@@ -66,7 +76,7 @@
 //!     current: &plan,
 //!     cohorts: &cohorts,
 //!     health: &BTreeMap::new(),
-//!     data_as_of: Some(now),
+//!     data_as_of: snapshot.newest_sample(),
 //!     state: &EngineState::new(),
 //! });
 //! assert_eq!(decision.mode, Mode::Steering);
@@ -95,5 +105,6 @@ pub mod journal;
 pub mod resolve;
 pub mod scoreboard;
 pub mod scorer;
+pub mod sim;
 pub mod sketch;
 pub mod video;

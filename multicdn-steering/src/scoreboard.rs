@@ -1127,6 +1127,18 @@ impl Snapshot {
         first.unwrap_or_else(|| self.view_of(NetworkKey::Global, None, metric))
     }
 
+    /// When the newest sample in the window arrived (any metric, any provider), `None` when the
+    /// window holds none. This is the engine's `data_as_of`: read from the data itself, so
+    /// the deadman fires when beacons stop whatever the caller does.
+    pub fn newest_sample(&self) -> Option<Timestamp> {
+        self.cuts
+            .iter()
+            .filter(|(k, a)| k.network == NetworkKey::Global && a.samples() > 0)
+            .map(|(_, a)| a.newest)
+            .max()
+            .map(Timestamp::from_millis)
+    }
+
     /// The ASNs seen in the window for `metric`.
     pub fn asns(&self, metric: Metric) -> Vec<u32> {
         let mut out: Vec<u32> = self

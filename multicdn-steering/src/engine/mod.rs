@@ -9,8 +9,10 @@
 //!    once; never limited by the movement caps (it is safety, not optimisation). When every
 //!    provider is down, the static weights: never an empty answer.
 //! 2. **Pins** set a network's split until they lapse; the journal records their reason.
-//! 3. **Significance**: a RUM move needs a gap beyond both `relative_gap` (of the slower
-//!    provider's score) and `absolute_gap`.
+//! 3. **Significance**: a RUM move needs a gap beyond `relative_gap` (of the slower provider's
+//!    score), `absolute_gap`, and [`SIGNIFICANCE_Z`] standard errors of the difference (each
+//!    score's [`ProviderEvidence::stderr`], from its cell's count and spread): a thin or noisy
+//!    cell cannot move traffic, a thick one with a clear gap moves in the round it shows.
 //! 4. **Hysteresis**: moving traffic back the way the last move came needs both gaps times
 //!    `switch_back_factor`.
 //! 5. **Damping**: one move shifts at most `step`, from the slowest provider with room above
@@ -32,7 +34,12 @@
 //! steps and floors are safety, and exact to the basis point.
 //!
 //! After a failover, once every provider is up again, the cohort returns to its weights from
-//! before the failover in damped, settled steps (rule `recovery`), within the guardrails.
+//! before the failover in damped, settled steps (rule `recovery`), within the guardrails, on a
+//! budget of its own (`EngineState::recent_recovery`, `CohortMemory::recent_recovery`: the
+//! same caps, counted apart from the optimisation's, so an outage's return never starves RUM
+//! of its hourly movement, nor RUM the return). Recovery follows the cohort's own evidence:
+//! when its scores show the returning provider slower than the fastest beyond the significance
+//! gap, recovery ends there and RUM decides.
 //!
 //! **Cohorts.** The policy's regions are cohorts, with static weights. Finer cohorts (an ASN
 //! with steerable cells, a pinned network) are carved out of the region holding them and start
@@ -95,7 +102,34 @@ pub struct ProviderEvidence {
     pub score: Option<f64>,
     /// Samples behind the score.
     pub samples: u64,
+    /// The score's standard error in milliseconds, from the cell's own count and spread
+    /// (`None`: unknown, and only the policy's fixed gaps apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<f64>,
 }
+
+impl ProviderEvidence {
+    /// A score with its sample count and no known standard error.
+    pub fn new(provider: ProviderId, score: Option<f64>, samples: u64) -> ProviderEvidence {
+        ProviderEvidence {
+            provider,
+            score,
+            samples,
+            stderr: None,
+        }
+    }
+
+    /// With the score's standard error, in milliseconds.
+    pub fn with_stderr(mut self, stderr: Option<f64>) -> ProviderEvidence {
+        self.stderr = stderr.filter(|s| s.is_finite() && *s >= 0.0);
+        self
+    }
+}
+
+/// How many standard errors of the difference a RUM gap must clear (two-sided 95%): with
+/// the fixed gaps of the policy, a thin or noisy cell cannot move traffic, and a thick one with
+/// a clear gap moves at once.
+pub const SIGNIFICANCE_Z: f64 = 1.96;
 
 /// One cohort's measurements.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -444,6 +478,7 @@ static IDLE: CohortMemory = CohortMemory {
     last_move: None,
     remeasure_due: false,
     recent: Vec::new(),
+    recent_recovery: Vec::new(),
     before_failover: None,
     recovering_to: None,
 };
@@ -755,7 +790,12 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             .filter(|_| ctx.down.is_empty())
         {
             let goal_floored = floored(ctx, goal);
-            if *item.w == goal_floored {
+            // Recovery follows the cohort's own evidence: it never walks traffic towards a
+            // provider the cohort's scores show slower beyond the gap (RUM decides from here).
+            let against_rum = goal_floored
+                .iter()
+                .any(|(p, bp)| bp > share_of(&item.w, p) && shown_slower(ctx, item.input, p));
+            if *item.w == goal_floored || against_rum {
                 item.mem_mut().recovering_to = None;
                 None
             } else if settling {
@@ -817,10 +857,16 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 work: wi,
                 proposal: proposals.len(),
                 wanted,
-                cohort_left: g
-                    .max_change_per_cohort
-                    .bp()
-                    .saturating_sub(item.mem().moved_last_hour(now)),
+                // Recovery answers health: its own budget, not the optimisation's.
+                cohort_left: if p.rule == Rule::Recovery {
+                    g.max_change_per_cohort
+                        .bp()
+                        .saturating_sub(item.mem().recovered_last_hour(now))
+                } else {
+                    g.max_change_per_cohort
+                        .bp()
+                        .saturating_sub(item.mem().moved_last_hour(now))
+                },
                 share: item.share,
             });
             proposals.push(p);
@@ -845,6 +891,15 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     let mut total_left = (f64::from(g.max_moved_per_hour.bp())
         - recent.iter().map(|(_, m)| m).sum::<f64>())
     .max(0.0);
+    let mut recent_recovery: std::collections::VecDeque<(Timestamp, f64)> = old
+        .recent_recovery
+        .iter()
+        .filter(|(at, _)| now.since(*at) < state::HOUR)
+        .copied()
+        .collect();
+    let mut recovery_left = (f64::from(g.max_moved_per_hour.bp())
+        - recent_recovery.iter().map(|(_, m)| m).sum::<f64>())
+    .max(0.0);
     let mut held = Vec::new();
     recent.reserve(ranked.len());
     let mut accepted: Vec<Accepted> = Vec::with_capacity(ranked.len());
@@ -852,8 +907,10 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         let wanted = r.wanted;
         let mut allowed = wanted.min(r.cohort_left);
         let mut by = (allowed < wanted).then_some(Guardrail::CohortCap);
+        let recovery = proposals[r.proposal].rule == Rule::Recovery;
+        let left = if recovery { recovery_left } else { total_left };
         if r.share > 0.0 {
-            let by_total = (total_left / r.share).floor();
+            let by_total = (left / r.share).floor();
             if by_total < f64::from(allowed) {
                 allowed = by_total.max(0.0) as u32;
                 by = Some(Guardrail::HourlyCap);
@@ -886,9 +943,16 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             continue;
         }
         let weighted = f64::from(moved) * r.share;
-        total_left = (total_left - weighted).max(0.0);
-        if weighted > 0.0 {
-            recent.push_back((now, weighted));
+        if recovery {
+            recovery_left = (recovery_left - weighted).max(0.0);
+            if weighted > 0.0 {
+                recent_recovery.push_back((now, weighted));
+            }
+        } else {
+            total_left = (total_left - weighted).max(0.0);
+            if weighted > 0.0 {
+                recent.push_back((now, weighted));
+            }
         }
         accepted.push(Accepted {
             proposal: r.proposal,
@@ -947,7 +1011,11 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             mem.last_move = Some(LastMove { at: now, from, to });
         }
         mem.remeasure_due = true;
-        mem.recent.push((now, moved));
+        if p.rule == Rule::Recovery {
+            mem.recent_recovery.push((now, moved));
+        } else {
+            mem.recent.push((now, moved));
+        }
         journal.push(entry);
         item.moved = true;
         moved_cohorts += 1;
@@ -1045,6 +1113,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         state: EngineState {
             cohorts: memory,
             recent,
+            recent_recovery,
             parents,
         },
         mode: Mode::Steering,
@@ -1298,15 +1367,14 @@ fn moved_between(a: &Weights, b: &Weights) -> u32 {
     total / 2
 }
 
-/// Rules 3–5: significance, hysteresis and damping.
-fn rum<'i>(
+/// A cohort's scored providers: `(provider, score, stderr)`, only those with at least
+/// `min_samples`, up, and in the policy; slowest first.
+fn scored<'i>(
     ctx: &Ctx<'_>,
-    w: &Weights,
     input: &'i CohortInput,
-    last: Option<&LastMove>,
-) -> Option<(&'i ProviderId, &'i ProviderId, u32, RumFacts)> {
+    slots: &mut [(Option<&'i ProviderId>, f64, f64); 8],
+) -> usize {
     let rum = ctx.rum;
-    let mut slots: [(Option<&'i ProviderId>, f64); 8] = [(None, 0.0); 8];
     let mut n = 0;
     for e in input.evidence.iter() {
         if n == slots.len() {
@@ -1317,40 +1385,91 @@ fn rum<'i>(
             && let Some(s) = e.score.filter(|s| s.is_finite() && *s >= 0.0)
             && ctx.providers.iter().any(|p| same(p, &e.provider))
         {
-            slots[n] = (Some(&e.provider), s);
+            slots[n] = (Some(&e.provider), s, e.stderr.unwrap_or(0.0));
             n += 1;
         }
     }
+    slots[..n].sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    n
+}
+
+/// The gap `slow` must have over `best` to be significant: the policy's fixed gaps (times
+/// `factor` for hysteresis) and [`SIGNIFICANCE_Z`] standard errors of the difference.
+/// Returns `(gap, relative, need_ms, need_rel, significant)`.
+fn significance(
+    ctx: &Ctx<'_>,
+    slow: (f64, f64),
+    best: (f64, f64),
+    factor: f64,
+) -> (f64, f64, f64, f64, bool) {
+    let rum = ctx.rum;
+    let gap = slow.0 - best.0;
+    let relative = if slow.0 > 0.0 { gap / slow.0 } else { 0.0 };
+    let noise = SIGNIFICANCE_Z * (slow.1 * slow.1 + best.1 * best.1).sqrt();
+    let need_ms = (rum.absolute_gap.get().as_secs_f64() * 1000.0 * factor).max(noise);
+    let need_rel = rum.relative_gap.fraction() * factor;
+    (
+        gap,
+        relative,
+        need_ms,
+        need_rel,
+        gap > need_ms && relative > need_rel,
+    )
+}
+
+/// True when the cohort's own evidence shows `p` slower than its fastest provider beyond the
+/// significance gap (recovery never walks traffic towards such a provider).
+fn shown_slower(ctx: &Ctx<'_>, input: Option<&CohortInput>, p: &ProviderId) -> bool {
+    let Some(input) = input else { return false };
+    let mut slots: [(Option<&ProviderId>, f64, f64); 8] = [(None, 0.0, 0.0); 8];
+    let n = scored(ctx, input, &mut slots);
+    if n < 2 {
+        return false;
+    }
+    let (Some(best), best_score, best_se) = slots[n - 1] else {
+        return false;
+    };
+    if same(best, p) {
+        return false;
+    }
+    slots[..n - 1].iter().any(|&(q, score, se)| {
+        q.is_some_and(|q| same(q, p))
+            && significance(ctx, (score, se), (best_score, best_se), 1.0).4
+    })
+}
+
+/// Rules 3–5: significance, hysteresis and damping.
+fn rum<'i>(
+    ctx: &Ctx<'_>,
+    w: &Weights,
+    input: &'i CohortInput,
+    last: Option<&LastMove>,
+) -> Option<(&'i ProviderId, &'i ProviderId, u32, RumFacts)> {
+    let rum = ctx.rum;
+    let mut slots: [(Option<&'i ProviderId>, f64, f64); 8] = [(None, 0.0, 0.0); 8];
+    let n = scored(ctx, input, &mut slots);
     if n < 2 {
         return None;
     }
-    let scored = &mut slots[..n];
-    // Slowest first.
-    scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    let (best, best_score) = *scored.last()?;
+    let scored = &slots[..n];
+    let (best, best_score, best_se) = *scored.last()?;
     let best = best?;
-    for &(slow, slow_score) in &scored[..scored.len() - 1] {
+    for &(slow, slow_score, slow_se) in &scored[..scored.len() - 1] {
         let slow = slow?;
         let room = share_of(w, slow).saturating_sub(ctx.floor(slow));
         if room == 0 || room < MOVE_STEP_BP.min(rum.step.bp()) {
             // Less than a step above its floor: nothing worth a move.
             continue;
         }
-        let gap = slow_score - best_score;
-        let relative = if slow_score > 0.0 {
-            gap / slow_score
-        } else {
-            0.0
-        };
         let switching_back = last.is_some_and(|m| &m.from == best && &m.to == slow);
         let factor = if switching_back {
             rum.switch_back_factor.max(1.0)
         } else {
             1.0
         };
-        let need_ms = rum.absolute_gap.get().as_secs_f64() * 1000.0 * factor;
-        let need_rel = rum.relative_gap.fraction() * factor;
-        if !(gap > need_ms && relative > need_rel) {
+        let (gap, relative, need_ms, need_rel, significant) =
+            significance(ctx, (slow_score, slow_se), (best_score, best_se), factor);
+        if !significant {
             // Every other provider is closer to the best: none is significant either.
             return None;
         }

@@ -78,6 +78,9 @@ pub struct CohortMemory {
     /// Optimizing moves in the last hour: when, and basis points.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent: Vec<(Timestamp, u32)>,
+    /// Recovery moves in the last hour: their own per-cohort budget, beside the optimisation's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_recovery: Vec<(Timestamp, u32)>,
     /// The weights in force when a provider first went down (failover steps are shares of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_failover: Option<Weights>,
@@ -96,8 +99,18 @@ impl CohortMemory {
             .sum()
     }
 
+    /// Basis points moved by recovery in the hour before `now`.
+    pub fn recovered_last_hour(&self, now: Timestamp) -> u32 {
+        self.recent_recovery
+            .iter()
+            .filter(|(at, _)| now.since(*at) < HOUR)
+            .map(|(_, bp)| *bp)
+            .sum()
+    }
+
     pub(crate) fn prune(&mut self, now: Timestamp) {
         self.recent.retain(|(at, _)| now.since(*at) < HOUR);
+        self.recent_recovery.retain(|(at, _)| now.since(*at) < HOUR);
     }
 
     /// True when there is nothing to remember.
@@ -105,6 +118,7 @@ impl CohortMemory {
         self.last_move.is_none()
             && !self.remeasure_due
             && self.recent.is_empty()
+            && self.recent_recovery.is_empty()
             && self.before_failover.is_none()
             && self.recovering_to.is_none()
     }
@@ -122,6 +136,10 @@ pub struct EngineState {
     /// Optimizing moves in the last hour, weighted by each cohort's traffic share, in basis
     /// points of all traffic.
     pub recent: VecDeque<(Timestamp, f64)>,
+    /// Recovery moves in the last hour, weighted the same way: a budget of their own, so that
+    /// returning traffic after an outage never spends the optimisation's hourly cap (nor the
+    /// other way round).
+    pub recent_recovery: VecDeque<(Timestamp, f64)>,
     /// The region each carved-out cohort falls back to, in plan order (the order the next
     /// round reads them in).
     pub(crate) parents: Vec<(CohortId, CohortId)>,
@@ -163,6 +181,13 @@ impl EngineState {
             .is_some_and(|(at, _)| now.since(*at) >= HOUR)
         {
             self.recent.pop_front();
+        }
+        while self
+            .recent_recovery
+            .front()
+            .is_some_and(|(at, _)| now.since(*at) >= HOUR)
+        {
+            self.recent_recovery.pop_front();
         }
         self.cohorts.retain(|_, m| {
             m.prune(now);
@@ -224,6 +249,8 @@ struct StateFile {
     cohorts: std::collections::BTreeMap<CohortId, MemoryFile>,
     #[serde(default)]
     recent: VecDeque<(Timestamp, f64)>,
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    recent_recovery: VecDeque<(Timestamp, f64)>,
 }
 
 impl From<EngineState> for StateFile {
@@ -253,6 +280,7 @@ impl From<EngineState> for StateFile {
         StateFile {
             cohorts,
             recent: state.recent,
+            recent_recovery: state.recent_recovery,
         }
     }
 }
@@ -261,6 +289,7 @@ impl From<StateFile> for EngineState {
     fn from(file: StateFile) -> EngineState {
         let mut state = EngineState {
             recent: file.recent,
+            recent_recovery: file.recent_recovery,
             ..EngineState::default()
         };
         for (id, m) in file.cohorts {

@@ -60,11 +60,13 @@ fn input(cohort: &str, network: &str, share: f64, fastly: f64, cloudflare: f64) 
         cut: Some(network.parse().unwrap()),
         evidence: vec![
             ProviderEvidence {
+                stderr: None,
                 provider: p("cloudflare"),
                 score: Some(cloudflare),
                 samples: 1000,
             },
             ProviderEvidence {
+                stderr: None,
                 provider: p("fastly"),
                 score: Some(fastly),
                 samples: 1000,
@@ -498,6 +500,7 @@ fn build(
                 .iter()
                 .zip(&case.scores[i])
                 .map(|(n, s)| ProviderEvidence {
+                    stderr: None,
                     provider: p(n),
                     score: *s,
                     samples: 500,
