@@ -3,8 +3,10 @@
 //! Two emulated CDN edges and both vendors' purge APIs run on loopback ([`crate::emulate`]).
 //! Five in-process probe runners check the edges through the real HTTP probe, quorum and
 //! hysteresis; synthetic users on seven networks are steered by the in-memory steerer and send
-//! RUM beacons into the scoreboard; the decision engine turns scores and health into the next
-//! plan every tick, and its journal says why each change happened. Then the script plays:
+//! RUM beacons; a [`Controller`] owns the loop: each tick it runs the monitor's round, folds
+//! quorum verdicts and missed purges into its health ledger, decides the next plan from the
+//! scoreboard, applies it on the steerer and journals why each change happened. Then the
+//! script plays:
 //!
 //! | when | what |
 //! |---|---|
@@ -17,28 +19,26 @@
 //!
 //! Time is a [`ManualClock`] advanced 30 s a tick, so eight hours take seconds.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use multicdn::Controller;
+use multicdn::cloudflare::CloudflarePurger;
+use multicdn::fanout::{FanoutMember, PurgeFanout};
+use multicdn::fastly::FastlyPurger;
+use multicdn::memory::MemorySteerer;
 use multicdn_core::policy::Policy;
 use multicdn_core::{
-    ApplyOptions, Clock, Country, Event, HealthState, ManualClock, ProviderId, PurgeRequest,
-    Secret, Steerer, SteeringPlan, Timestamp,
+    ApplyOptions, Clock, Country, Event, ManualClock, ProviderId, PurgeRequest, Secret, Steerer,
+    Timestamp,
 };
 use multicdn_health::{HealthConfig, HttpProbe, Monitor, targets_from_policy};
-use multicdn_providers::cloudflare::CloudflarePurger;
-use multicdn_providers::fanout::{EventSink, FanoutMember, PurgeFanout};
-use multicdn_providers::fastly::FastlyPurger;
 use multicdn_providers::http::HttpSettings;
-use multicdn_providers::memory::MemorySteerer;
-use multicdn_steering::beacon::{ClientNetwork, NavigationBeacon};
-use multicdn_steering::engine::cohorts::cohort_inputs;
-use multicdn_steering::engine::{self, EngineState, Inputs, ProviderHealth};
+use multicdn_steering::beacon::{Beacon, ClientNetwork, NavigationBeacon, Received};
 use multicdn_steering::journal::{Journal, JournalEntry, Rule};
-use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig};
-use multicdn_steering::scorer::P75Ttfb;
+use multicdn_steering::scoreboard::Metric;
 
 use crate::emulate::{EdgeMode, EdgeServer, PurgeApi};
 
@@ -279,45 +279,30 @@ pub async fn run(options: &Options) -> Result<Report, ScenarioError> {
         quick,
     )
     .map_err(setup("cloudflare purger"))?;
-    let purge_events: Arc<Mutex<Vec<Event>>> = Arc::default();
-    let sink_events = purge_events.clone();
     let fanout = PurgeFanout::new(vec![
         FanoutMember::fastly(fastly_purger),
         FanoutMember::cloudflare(cloudflare_purger),
     ])
-    .with_events(EventSink::new(move |e| {
-        if let Ok(mut v) = sink_events.lock() {
-            v.push(e);
-        }
-    }))
     .with_clock(Arc::new(clock.clone()));
 
-    // Steering: the in-memory steerer starts on the policy's static weights.
+    // Steering: the in-memory steerer starts on the policy's static weights, and from then on
+    // takes every plan from the controller, which owns the rounds: the monitor's verdicts and
+    // the fan-out's missed purges reach its health ledger, beacons its scoreboard.
     let steerer = MemorySteerer::with_seed(options.seed);
-    let mut plan: SteeringPlan = policy.static_plan();
     steerer
-        .apply(&plan, &ApplyOptions::default().force(true))
+        .apply(&policy.static_plan(), &ApplyOptions::default().force(true))
         .await
         .map_err(setup("applying the static plan"))?;
+    let controller = Controller::builder(policy.clone())
+        .actuator("memory", steerer.clone())
+        .monitor(monitor)
+        .purge_fanout(fanout)
+        .clock(clock.clone())
+        .build()
+        .map_err(setup("controller"))?;
     let providers = policy.provider_ids();
-    let mut board = Scoreboard::new(
-        ScoreboardConfig::from_policy(&policy.steering.rum),
-        &providers,
-    )
-    .map_err(setup("scoreboard"))?;
-    let scorer = P75Ttfb::new(policy.steering.rum.min_samples);
-    let mut state = EngineState::new();
-    let mut journal = Journal::new();
     let mut timeline: Vec<TimelineLine> = Vec::new();
     let mut rng = Rng(options.seed);
-
-    // Health as the engine sees it: quorum verdicts and missed purges both demote.
-    let mut quorum_down: BTreeSet<ProviderId> = BTreeSet::new();
-    let mut purge_down: BTreeSet<ProviderId> = BTreeSet::new();
-    let mut health: BTreeMap<ProviderId, ProviderHealth> = providers
-        .iter()
-        .map(|p| (p.clone(), ProviderHealth::up(start)))
-        .collect();
     let mut unhappy_logged = 0usize;
     let mut unhappy_total = 0usize;
 
@@ -368,12 +353,12 @@ pub async fn run(options: &Options) -> Result<Report, ScenarioError> {
         // Purges: the import's purge, then, once the token is rotated, exactly what was missed.
         if now == purge_at || now == rotate_at {
             let sent = if now == purge_at {
-                fanout.purge(&PurgeRequest::tags(tags.clone())).await
+                controller.purge(&PurgeRequest::tags(tags.clone())).await
             } else {
-                fanout.retry_missed().await
+                controller.retry_missed().await
             };
             match sent {
-                Ok(report) => say(format!(
+                Some(Ok(report)) => say(format!(
                     "PURGE   acknowledged by {}; slowest acknowledgement {:?}",
                     report
                         .receipts
@@ -383,94 +368,13 @@ pub async fn run(options: &Options) -> Result<Report, ScenarioError> {
                         .join(", "),
                     report.worst_acknowledged_in
                 )),
-                Err(e) => say(format!("PURGE   ERROR {e}")),
-            }
-        }
-        for event in purge_events
-            .lock()
-            .map(|mut v| std::mem::take(&mut *v))
-            .unwrap_or_default()
-        {
-            match &event {
-                Event::PurgeMissed {
-                    provider, items, ..
-                } => {
-                    say(format!(
-                        "EVENT   {provider}: purge missed ({} items): demoted until purged [page]",
-                        items.len()
-                    ));
-                    purge_down.insert(provider.clone());
-                }
-                Event::PurgeRecovered { provider, .. } => {
-                    say(format!(
-                        "EVENT   {provider}: purged of everything it missed; demotion lifted"
-                    ));
-                    purge_down.remove(provider);
-                }
-                _ => {}
-            }
-        }
-
-        // Health round: real HTTP probes from five runners.
-        let round = monitor.round_once().await;
-        for event in &round.events {
-            match event {
-                Event::ProbeUnhappy {
-                    provider,
-                    runner,
-                    reason,
-                    ..
-                } => {
-                    unhappy_total += 1;
-                    if unhappy_logged < 2 {
-                        unhappy_logged += 1;
-                        say(format!(
-                            "LOG     probe unhappy: {provider} from {runner}: {reason} (logged, not paged)"
-                        ));
-                    }
-                }
-                Event::QuorumDown {
-                    provider,
-                    failing,
-                    voting,
-                    ..
-                } => {
-                    say(format!(
-                        "EVENT   {provider}: quorum says down ({} of {voting} runners) [page]",
-                        failing.len()
-                    ));
-                    quorum_down.insert(provider.clone());
-                }
-                Event::Recovered { provider, .. } => {
-                    say(format!(
-                        "EVENT   {provider}: recovered after {} good rounds",
-                        policy.health.up_after
-                    ));
-                    quorum_down.remove(provider);
-                    unhappy_logged = 0;
-                }
-                _ => {}
-            }
-        }
-        for p in &providers {
-            let down = quorum_down.contains(p) || purge_down.contains(p);
-            let want = if down {
-                HealthState::Down
-            } else {
-                HealthState::Up
-            };
-            if let Some(h) = health.get_mut(p)
-                && h.state != want
-            {
-                *h = if down {
-                    ProviderHealth::down(now)
-                } else {
-                    ProviderHealth::up(now)
-                };
+                Some(Err(e)) => say(format!("PURGE   ERROR {e}")),
+                None => {}
             }
         }
 
         // Real users: each asks the steerer, fetches from the answer, and sends a beacon.
+        let mut beacons = Vec::new();
         for net in NETWORKS {
             let country = Country::new(net.country).map_err(setup("country"))?;
             let client = ClientNetwork::new(Some(net.asn), Some(country));
@@ -496,43 +400,74 @@ pub async fn run(options: &Options) -> Result<Report, ScenarioError> {
                     "HIT",
                 );
                 let offset_ms = (rng.unit() * TICK.as_millis() as f64) as u64;
-                board.record_navigation(
-                    now.minus(Duration::from_millis(offset_ms)),
-                    client,
-                    &beacon,
-                );
+                beacons.push(Received {
+                    at: now.minus(Duration::from_millis(offset_ms)),
+                    network: client,
+                    beacon: Beacon::Navigation(beacon),
+                });
             }
         }
 
-        // Decide and act.
-        board.expire(now);
-        let snapshot = board.snapshot(now, policy.steering.rum.window.get());
-        let cohorts = cohort_inputs(&policy, &snapshot, Metric::Ttfb, &scorer, &plan);
-        let decision = engine::decide(
-            now,
-            &Inputs {
-                policy: &policy,
-                current: &plan,
-                cohorts: &cohorts,
-                health: &health,
-                data_as_of: snapshot.newest_sample(),
-                state: &state,
-            },
-        );
-        if decision.plan != plan {
-            steerer
-                .apply(&decision.plan, &ApplyOptions::default().force(true))
-                .await
-                .map_err(setup("applying a plan"))?;
+        controller.record_all(&beacons);
+
+        // One round: the monitor's probes (real HTTP from five runners), the events since the
+        // last round into the ledger, decide, apply, journal.
+        let round = controller.round(now).await;
+        for event in &round.events {
+            match event {
+                Event::ProbeUnhappy {
+                    provider,
+                    runner,
+                    reason,
+                    ..
+                } => {
+                    unhappy_total += 1;
+                    if unhappy_logged < 2 {
+                        unhappy_logged += 1;
+                        say(format!(
+                            "LOG     probe unhappy: {provider} from {runner}: {reason} (logged, not paged)"
+                        ));
+                    }
+                }
+                Event::QuorumDown {
+                    provider,
+                    failing,
+                    voting,
+                    ..
+                } => say(format!(
+                    "EVENT   {provider}: quorum says down ({} of {voting} runners) [page]",
+                    failing.len()
+                )),
+                Event::Recovered { provider, .. } => {
+                    say(format!(
+                        "EVENT   {provider}: recovered after {} good rounds",
+                        policy.health.up_after
+                    ));
+                    unhappy_logged = 0;
+                }
+                Event::PurgeMissed {
+                    provider, items, ..
+                } => say(format!(
+                    "EVENT   {provider}: purge missed ({} items): demoted until purged [page]",
+                    items.len()
+                )),
+                Event::PurgeRecovered { provider, .. } => say(format!(
+                    "EVENT   {provider}: purged of everything it missed; demotion lifted"
+                )),
+                _ => {}
+            }
         }
-        for entry in &decision.journal {
+        for failed in round.record.failed() {
+            say(format!(
+                "APPLY   {} did not take the plan: {:?}",
+                failed.actuator, failed.outcome
+            ));
+        }
+        for entry in &round.record.decided {
             if entry.is_move() || options.verbose {
                 say(describe(entry));
             }
         }
-        journal.extend(decision.journal);
-        plan = decision.plan;
-        state = decision.state;
         clock.advance(TICK);
     }
 
@@ -545,7 +480,8 @@ pub async fn run(options: &Options) -> Result<Report, ScenarioError> {
         });
     }
     let now = clock.now();
-    let snapshot = board.snapshot(now, policy.steering.rum.window.get());
+    let snapshot = controller.snapshot(now);
+    let journal = controller.journal().await;
     let dashboard = crate::summary::dashboard(&snapshot, Metric::Ttfb, &providers);
     let checks = checks(&journal, &timeline, &fastly, &cloudflare, &policy, start);
     Ok(Report {

@@ -108,7 +108,7 @@ pub use hysteresis::{Hysteresis, Streak, Vote};
 pub use monitor::{Monitor, MonitorBuilder, RoundReport};
 pub use probe::{DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, HttpProbe, HttpProbeBuilder};
 pub use quorum::{Quorum, RoundVerdict};
-pub use tracker::{HealthSnapshot, HealthTracker, ProviderHealth};
+pub use tracker::{HealthSnapshot, HealthTracker, TrackedHealth};
 pub use warm::{
     ProviderWarm, WarmOutcome, WarmProgress, WarmReport, WarmStats, Warmer, WarmerBuilder,
 };

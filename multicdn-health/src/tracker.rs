@@ -21,10 +21,11 @@ use crate::error::HealthError;
 use crate::hysteresis::{Hysteresis, Streak, Vote};
 use crate::quorum::{Quorum, RoundVerdict};
 
-/// One provider's health as of the last round.
+/// One provider's health as the tracker keeps it, as of the last round: its streaks, verdict
+/// and drain flag. The engine takes the smaller [`multicdn_core::ProviderHealth`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct ProviderHealth {
+pub struct TrackedHealth {
     /// The health in force, after quorum and hysteresis.
     pub state: HealthState,
     /// Drained by an operator: healthy or not, it should carry no traffic. Kept apart from
@@ -40,9 +41,9 @@ pub struct ProviderHealth {
     pub changed_at: Option<Timestamp>,
 }
 
-impl ProviderHealth {
-    fn new() -> ProviderHealth {
-        ProviderHealth {
+impl TrackedHealth {
+    fn new() -> TrackedHealth {
+        TrackedHealth {
             state: HealthState::Up,
             drained: false,
             down_rounds: 0,
@@ -68,12 +69,12 @@ pub struct HealthSnapshot {
     /// Rounds concluded so far.
     pub rounds: u64,
     /// Each provider's health.
-    pub providers: BTreeMap<ProviderId, ProviderHealth>,
+    pub providers: BTreeMap<ProviderId, TrackedHealth>,
 }
 
 impl HealthSnapshot {
     /// A provider's health, if it is monitored.
-    pub fn get(&self, provider: &ProviderId) -> Option<&ProviderHealth> {
+    pub fn get(&self, provider: &ProviderId) -> Option<&TrackedHealth> {
         self.providers.get(provider)
     }
 
@@ -89,7 +90,7 @@ impl HealthSnapshot {
 
     /// True when the provider is monitored, up and not drained.
     pub fn in_service(&self, provider: &ProviderId) -> bool {
-        self.get(provider).is_some_and(ProviderHealth::in_service)
+        self.get(provider).is_some_and(TrackedHealth::in_service)
     }
 }
 
@@ -277,7 +278,7 @@ impl HealthTracker {
                 .providers
                 .iter()
                 .map(|(p, e)| {
-                    let mut h = ProviderHealth::new();
+                    let mut h = TrackedHealth::new();
                     h.state = e.streak.state;
                     h.drained = e.drained;
                     h.down_rounds = e.streak.down_rounds;

@@ -68,6 +68,8 @@ pub struct CloudflarePurger {
     http: VendorHttp,
     limits: CloudflareLimits,
     purge: Pacer,
+    /// Single-file (URL) purges: a token a URL.
+    urls: Pacer,
     in_flight: usize,
 }
 
@@ -108,6 +110,7 @@ impl CloudflarePurger {
             token,
             http,
             purge: Pacer::new("cloudflare-purge", limits.purge),
+            urls: Pacer::new("cloudflare-urls", limits.urls),
             limits,
             in_flight: DEFAULT_IN_FLIGHT,
             id,
@@ -161,6 +164,7 @@ impl CloudflarePurger {
             .http
             .with_pacer(Pacer::new("cloudflare-global", limits.global));
         self.purge = Pacer::new("cloudflare-purge", limits.purge);
+        self.urls = Pacer::new("cloudflare-urls", limits.urls);
         self.limits = limits;
         self
     }
@@ -198,7 +202,10 @@ impl CloudflarePurger {
         Pacing::default()
             .with_kind(
                 &PurgeScope::Urls(Vec::new()),
-                Some(KindPacing::new(self.limits.urls_per_request, b.clone())),
+                Some(KindPacing::new(
+                    self.limits.urls_per_request,
+                    self.limits.url_budgets(),
+                )),
             )
             .with_kind(&PurgeScope::Tags(Vec::new()), items.clone())
             .with_kind(&PurgeScope::Hosts(Vec::new()), items.clone())
@@ -264,10 +271,16 @@ impl CloudflarePurger {
         } else {
             format!("POST {path} ({} {kind})", items.len())
         };
+        // URL purges spend the single-file budget, a token a URL; the rest the purge bucket.
+        let budget = if kind == "urls" {
+            (&self.urls, u32::try_from(items.len()).unwrap_or(u32::MAX))
+        } else {
+            (&self.purge, 1)
+        };
         self.http
             .send_paced(
                 &label,
-                &[(&self.purge, 1)],
+                &[budget],
                 || {
                     self.http
                         .request(Method::POST, &path)

@@ -66,32 +66,7 @@ pub use state::{CohortMemory, EngineState, IdHasher, LastMove};
 
 use crate::journal::{Evidence, Guardrail, JournalEntry, Rule};
 
-/// A provider's health as the engine needs it: the state and since when.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProviderHealth {
-    /// Up or down.
-    pub state: HealthState,
-    /// When it entered that state (failover steps count from here).
-    pub since: Timestamp,
-}
-
-impl ProviderHealth {
-    /// Up since `since`.
-    pub fn up(since: Timestamp) -> ProviderHealth {
-        ProviderHealth {
-            state: HealthState::Up,
-            since,
-        }
-    }
-
-    /// Down since `since`.
-    pub fn down(since: Timestamp) -> ProviderHealth {
-        ProviderHealth {
-            state: HealthState::Down,
-            since,
-        }
-    }
-}
+pub use multicdn_core::ProviderHealth;
 
 /// One provider's score in a cohort.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

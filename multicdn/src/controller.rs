@@ -1,0 +1,854 @@
+//! The Controller: the whole loop as one embeddable service.
+//!
+//! Each round, at `now`:
+//!
+//! 1. **Health in.** Run one round of the monitor's probes (when it has one), take every event
+//!    reported since the last round (quorum verdicts, recoveries, missed and recovered purges
+//!    from the fan-out, the embedder's own) and fold them, with drains and holds, into the
+//!    [`HealthLedger`].
+//! 2. **Beacons in.** Beacons arrive at any time ([`Controller::ingest_bytes`],
+//!    [`Controller::record`], [`Controller::consume`] for a stream); the round expires old
+//!    buckets and takes a snapshot of the scoreboard.
+//! 3. **Decide.** Snapshot -> cohort inputs -> [`decide`](multicdn_steering::engine::decide),
+//!    with the ledger's health and the scoreboard's own newest sample as the deadman's
+//!    `data_as_of`.
+//! 4. **Apply** the same plan on every actuator, each attempt's error classified, retryable
+//!    errors retried with backoff; an actuator that still fails keeps its old plan, the round
+//!    is recorded as partial, and the next round applies the plan to it again. In dry-run mode
+//!    nothing is applied.
+//! 5. **Record.** The round's [`RoundRecord`] (what was decided, what was applied where) goes to
+//!    the journal, and the engine's memory, the plan, the ledger and the purges still owed go
+//!    to the [`StateStore`], so a restart continues where the last round stopped.
+//!
+//! The plan in force is published on a watch channel ([`Controller::plans`]) for readers such
+//! as the content-steering server.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use multicdn_core::{
+    ApplyOptions, Clock, Event, NetworkKey, Policy, ProviderHealth, ProviderId, Scorer, Steerer,
+    SteeringPlan, SystemClock, Timestamp,
+};
+use multicdn_health::Monitor;
+use multicdn_providers::fanout::{
+    EventSink, FanoutError, FanoutReport, Outstanding, PurgeFanout, UnknownProviders,
+};
+use multicdn_steering::beacon::{Beacon, Received};
+use multicdn_steering::engine::cohorts::cohort_inputs;
+use multicdn_steering::engine::{self, EngineState, Inputs};
+use multicdn_steering::error::SteeringError;
+use multicdn_steering::ingest::{IngestReport, Ingestor};
+use multicdn_steering::journal::{Journal, JournalEntry};
+use multicdn_steering::resolve::{NetworkResolver, NoResolver};
+use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig, Snapshot};
+use multicdn_steering::scorer::P75Ttfb;
+use tokio::sync::{mpsc, watch};
+use tokio::time::MissedTickBehavior;
+
+use crate::ledger::HealthLedger;
+use crate::record::{ApplyOutcome, ApplyRecord, ErrorRecord, RoundRecord};
+use crate::store::{ControllerState, MemoryStore, StateStore, StoreError};
+
+/// Beacons as they arrive: NDJSON bytes as the receiver logged them, or beacons already parsed.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum BeaconInput {
+    /// NDJSON lines (see [`multicdn_steering::ingest`]).
+    Bytes(Vec<u8>),
+    /// One parsed beacon.
+    Parsed(Received),
+}
+
+impl From<Vec<u8>> for BeaconInput {
+    fn from(b: Vec<u8>) -> BeaconInput {
+        BeaconInput::Bytes(b)
+    }
+}
+
+impl From<Received> for BeaconInput {
+    fn from(r: Received) -> BeaconInput {
+        BeaconInput::Parsed(r)
+    }
+}
+
+/// How a failing actuator is retried within a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    /// Attempts in all (at least 1).
+    pub attempts: u32,
+    /// Wait before the second attempt; doubled after each (a vendor's `Retry-After` wins).
+    pub backoff: Duration,
+    /// The longest wait.
+    pub max_backoff: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Retry {
+        Retry {
+            attempts: 3,
+            backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The controller could not be built or started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControllerError {
+    /// The scoreboard could not be built from the policy.
+    #[error("scoreboard: {0}")]
+    Scoreboard(#[from] SteeringError),
+    /// The store could not be read.
+    #[error("state store: {0}")]
+    Store(#[from] StoreError),
+    /// The saved missed purges name providers the fan-out does not purge.
+    #[error("restoring missed purges: {0}")]
+    Restore(#[from] UnknownProviders),
+    /// Two actuators share a name.
+    #[error("two actuators are named {0}")]
+    DuplicateActuator(String),
+}
+
+struct Actuator {
+    name: String,
+    steerer: Arc<dyn Steerer>,
+}
+
+/// What the loop carries between rounds.
+struct Loop {
+    round: u64,
+    plan: SteeringPlan,
+    engine: EngineState,
+    ledger: HealthLedger,
+    rounds: Vec<RoundRecord>,
+    /// The plan each actuator is known to hold (`None`: unknown, apply).
+    applied: Vec<Option<SteeringPlan>>,
+}
+
+struct Inner {
+    policy: Arc<Policy>,
+    clock: Arc<dyn Clock>,
+    actuators: Vec<Actuator>,
+    monitor: Option<Monitor>,
+    fanout: Option<PurgeFanout>,
+    store: Arc<dyn StateStore>,
+    scorer: Box<dyn Scorer>,
+    board: Mutex<Scoreboard>,
+    ingestor: Mutex<Ingestor<Arc<dyn NetworkResolver>>>,
+    events_tx: mpsc::UnboundedSender<Event>,
+    events_rx: Mutex<mpsc::UnboundedReceiver<Event>>,
+    state: tokio::sync::Mutex<Loop>,
+    plan_tx: watch::Sender<Arc<SteeringPlan>>,
+    dry_run: AtomicBool,
+    retry: Retry,
+    interval: Duration,
+    apply: ApplyOptions,
+}
+
+/// Runs the loop: health and beacons in, decide, apply on every actuator, journal, store.
+/// Cheap to clone: clones share one loop.
+#[derive(Clone)]
+pub struct Controller {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Controller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field(
+                "actuators",
+                &self
+                    .inner
+                    .actuators
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("monitor", &self.inner.monitor.is_some())
+            .field("fanout", &self.inner.fanout.is_some())
+            .field("store", &self.inner.store)
+            .field("dry_run", &self.is_dry_run())
+            .finish()
+    }
+}
+
+/// What the policy does not say: actuators, monitor, purge fan-out, resolver, clock, store.
+pub struct ControllerBuilder {
+    policy: Policy,
+    actuators: Vec<Actuator>,
+    monitor: Option<Monitor>,
+    fanout: Option<PurgeFanout>,
+    clock: Arc<dyn Clock>,
+    store: Arc<dyn StateStore>,
+    resolver: Arc<dyn NetworkResolver>,
+    scorer: Option<Box<dyn Scorer>>,
+    dry_run: bool,
+    retry: Retry,
+    interval: Option<Duration>,
+    apply: ApplyOptions,
+}
+
+impl fmt::Debug for ControllerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ControllerBuilder")
+            .field("actuators", &self.actuators.len())
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ControllerBuilder {
+    /// Adds an actuator: every round's plan is applied on it. `name` identifies it in the
+    /// journal (`route53`, `ns1`, `memory`, `content-steering`).
+    pub fn actuator(mut self, name: impl Into<String>, steerer: impl Steerer + 'static) -> Self {
+        self.actuators.push(Actuator {
+            name: name.into(),
+            steerer: Arc::new(steerer),
+        });
+        self
+    }
+
+    /// Adds a shared actuator.
+    pub fn shared_actuator(mut self, name: impl Into<String>, steerer: Arc<dyn Steerer>) -> Self {
+        self.actuators.push(Actuator {
+            name: name.into(),
+            steerer,
+        });
+        self
+    }
+
+    /// The health monitor: each round runs one round of its probes and takes its verdicts.
+    pub fn monitor(mut self, monitor: Monitor) -> Self {
+        self.monitor = Some(monitor);
+        self
+    }
+
+    /// The purge fan-out: its missed and recovered purges reach the ledger, and what each
+    /// provider still owes is saved and restored with the rest of the state. Its own event
+    /// sink is replaced by the controller's.
+    pub fn purge_fanout(mut self, fanout: PurgeFanout) -> Self {
+        self.fanout = Some(fanout);
+        self
+    }
+
+    /// The clock (default: the system clock).
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// A shared clock.
+    pub fn shared_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Where the state lives (default: in memory only).
+    pub fn store(mut self, store: impl StateStore + 'static) -> Self {
+        self.store = Arc::new(store);
+        self
+    }
+
+    /// Resolves beacons' client addresses to networks (default: none; beacons must carry
+    /// `asn`/`country`).
+    pub fn resolver(mut self, resolver: impl NetworkResolver + 'static) -> Self {
+        self.resolver = Arc::new(resolver);
+        self
+    }
+
+    /// How cells are scored (default: p75 TTFB with the policy's minimum samples).
+    pub fn scorer(mut self, scorer: impl Scorer + 'static) -> Self {
+        self.scorer = Some(Box::new(scorer));
+        self
+    }
+
+    /// Decide and journal, apply nothing.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// How a failing actuator is retried within a round.
+    pub fn retry(mut self, retry: Retry) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The time between rounds in [`Controller::run`] (default: the policy's health interval).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = Some(interval);
+        self
+    }
+
+    /// Options every apply is made with (default: forced, since the engine's guardrails have
+    /// already bounded the change).
+    pub fn apply_options(mut self, options: ApplyOptions) -> Self {
+        self.apply = options;
+        self
+    }
+
+    /// Builds the controller, restoring the store's state when it holds one.
+    pub fn build(self) -> Result<Controller, ControllerError> {
+        let mut names: Vec<&str> = self.actuators.iter().map(|a| a.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w.first() == w.get(1)) {
+            return Err(ControllerError::DuplicateActuator(
+                w.first().copied().unwrap_or_default().to_owned(),
+            ));
+        }
+        let policy = Arc::new(self.policy);
+        let providers = policy.provider_ids();
+        let board = Scoreboard::new(
+            ScoreboardConfig::from_policy(&policy.steering.rum),
+            &providers,
+        )?;
+        let now = self.clock.now();
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let fanout = self
+            .fanout
+            .map(|f| f.with_events(EventSink::channel(events_tx.clone())));
+        let saved = self.store.load()?;
+        let mut state = match saved {
+            Some(saved) => Loop {
+                round: saved.state.round,
+                plan: saved.state.plan,
+                engine: saved.state.engine,
+                ledger: saved.state.ledger,
+                rounds: saved.journal,
+                applied: vec![None; self.actuators.len()],
+            },
+            None => Loop {
+                round: 0,
+                plan: policy.static_plan(),
+                engine: EngineState::new(),
+                ledger: HealthLedger::new(providers.iter().cloned(), now),
+                rounds: Vec::new(),
+                applied: vec![None; self.actuators.len()],
+            },
+        };
+        for p in &providers {
+            state.ledger.ensure(p, now);
+        }
+        if let (Some(f), Some(saved)) = (&fanout, self.store.load()?) {
+            f.restore(&saved.state.outstanding)?;
+            for (p, o) in &saved.state.outstanding {
+                if !o.is_empty() {
+                    state.ledger.purge_outstanding(p, o.item_count(), now);
+                }
+            }
+        }
+        let scorer = self
+            .scorer
+            .unwrap_or_else(|| Box::new(P75Ttfb::new(policy.steering.rum.min_samples)));
+        let probe_order: Vec<String> = providers.iter().map(|p| p.as_str().to_owned()).collect();
+        let (plan_tx, _) = watch::channel(Arc::new(state.plan.clone()));
+        let interval = self.interval.unwrap_or(policy.health.interval.get());
+        Ok(Controller {
+            inner: Arc::new(Inner {
+                actuators: self.actuators,
+                monitor: self.monitor,
+                fanout,
+                store: self.store,
+                scorer,
+                board: Mutex::new(board),
+                ingestor: Mutex::new(Ingestor::new(self.resolver).probe_order(probe_order)),
+                events_tx,
+                events_rx: Mutex::new(events_rx),
+                state: tokio::sync::Mutex::new(state),
+                plan_tx,
+                dry_run: AtomicBool::new(self.dry_run),
+                retry: self.retry,
+                interval,
+                apply: self.apply,
+                clock: self.clock,
+                policy,
+            }),
+        })
+    }
+}
+
+/// What one round did.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RoundReport {
+    /// The round's record, as journaled.
+    pub record: RoundRecord,
+    /// The plan decided.
+    pub plan: Arc<SteeringPlan>,
+    /// The events folded into the ledger this round, in order.
+    pub events: Vec<Event>,
+    /// The state could not be saved (the round still happened; the next save catches up).
+    pub store_error: Option<String>,
+}
+
+impl RoundReport {
+    /// The plan reached some actuators and not others.
+    pub fn partial(&self) -> bool {
+        self.record.partial()
+    }
+}
+
+impl Controller {
+    /// A builder for a controller running `policy`.
+    pub fn builder(policy: Policy) -> ControllerBuilder {
+        ControllerBuilder {
+            policy,
+            actuators: Vec::new(),
+            monitor: None,
+            fanout: None,
+            clock: Arc::new(SystemClock),
+            store: Arc::new(MemoryStore::new()),
+            resolver: Arc::new(NoResolver),
+            scorer: None,
+            dry_run: false,
+            retry: Retry::default(),
+            interval: None,
+            apply: ApplyOptions::default().force(true),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// The monitor, if it has one.
+    pub fn monitor(&self) -> Option<&Monitor> {
+        self.inner.monitor.as_ref()
+    }
+
+    /// The purge fan-out, if it has one (purges sent through it reach the ledger).
+    pub fn fanout(&self) -> Option<&PurgeFanout> {
+        self.inner.fanout.as_ref()
+    }
+
+    /// Sends one purge to every provider; a provider that misses it is held out from the next
+    /// round until it has been purged.
+    pub async fn purge(
+        &self,
+        request: &multicdn_core::PurgeRequest,
+    ) -> Option<Result<FanoutReport, FanoutError>> {
+        Some(self.inner.fanout.as_ref()?.purge(request).await)
+    }
+
+    /// Sends each provider exactly what it missed.
+    pub async fn retry_missed(&self) -> Option<Result<FanoutReport, FanoutError>> {
+        Some(self.inner.fanout.as_ref()?.retry_missed().await)
+    }
+
+    /// Reports an event from elsewhere (another monitor, a vendor status feed): folded into
+    /// the ledger at the next round.
+    pub fn report(&self, event: Event) {
+        // The receiver lives as long as the controller.
+        let _ = self.inner.events_tx.send(event);
+    }
+
+    /// Drains (or undrains) a provider: it carries no traffic from the next round, healthy or
+    /// not. Reaches the monitor's record too.
+    pub async fn set_drained(&self, provider: &ProviderId, drained: bool) {
+        if let Some(m) = &self.inner.monitor {
+            let _ = m.set_drained(provider, drained);
+        }
+        let now = self.inner.clock.now();
+        self.inner
+            .state
+            .lock()
+            .await
+            .ledger
+            .set_drained(provider, drained, now);
+    }
+
+    /// Holds a provider out by hand, with a note, until [`Controller::release`].
+    pub async fn hold(&self, provider: &ProviderId, note: impl Into<String>) {
+        let now = self.inner.clock.now();
+        self.inner
+            .state
+            .lock()
+            .await
+            .ledger
+            .hold(provider, note, now);
+    }
+
+    /// Releases a manual hold.
+    pub async fn release(&self, provider: &ProviderId) {
+        let now = self.inner.clock.now();
+        self.inner.state.lock().await.ledger.release(provider, now);
+    }
+
+    /// Turns dry-run mode on or off: decide and journal, apply nothing.
+    pub fn set_dry_run(&self, dry_run: bool) {
+        self.inner.dry_run.store(dry_run, Ordering::SeqCst);
+    }
+
+    /// Whether dry-run mode is on.
+    pub fn is_dry_run(&self) -> bool {
+        self.inner.dry_run.load(Ordering::SeqCst)
+    }
+
+    /// Reads NDJSON beacon lines into the scoreboard.
+    pub fn ingest_bytes(&self, bytes: &[u8]) {
+        let mut board = self
+            .inner
+            .board
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.inner
+            .ingestor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .ingest_bytes(bytes, &mut board);
+    }
+
+    /// Records one parsed beacon.
+    pub fn record(&self, received: &Received) {
+        let mut board = self
+            .inner
+            .board
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match &received.beacon {
+            Beacon::Navigation(nav) => {
+                board.record_navigation(received.at, received.network, nav);
+            }
+            Beacon::Probe(probe) => {
+                let order: Vec<String> = board
+                    .providers()
+                    .iter()
+                    .map(|p| p.as_str().to_owned())
+                    .collect();
+                board.record_probe(received.at, received.network, probe, &order);
+            }
+        }
+    }
+
+    /// Records a batch of parsed beacons under one lock.
+    pub fn record_all<'a>(&self, beacons: impl IntoIterator<Item = &'a Received>) {
+        for r in beacons {
+            self.record(r);
+        }
+    }
+
+    /// Takes every beacon of `stream` into the scoreboard until it ends.
+    pub async fn consume<S, B>(&self, stream: S)
+    where
+        S: Stream<Item = B>,
+        B: Into<BeaconInput>,
+    {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(b) = stream.next().await {
+            match b.into() {
+                BeaconInput::Bytes(bytes) => self.ingest_bytes(&bytes),
+                BeaconInput::Parsed(r) => self.record(&r),
+            }
+        }
+    }
+
+    /// What the beacon lines held so far (bad lines by reason).
+    pub fn ingest_report(&self) -> IngestReport {
+        self.inner
+            .ingestor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .report()
+            .clone()
+    }
+
+    /// The scoreboard over the policy's window, read at `now`.
+    pub fn snapshot(&self, now: Timestamp) -> Snapshot {
+        self.inner
+            .board
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .snapshot(now, self.inner.policy.steering.rum.window.get())
+    }
+
+    /// The plan in force, as it changes: a watch channel for readers (the content-steering
+    /// server, a status page).
+    pub fn plans(&self) -> watch::Receiver<Arc<SteeringPlan>> {
+        self.inner.plan_tx.subscribe()
+    }
+
+    /// The plan the last round decided.
+    pub async fn plan(&self) -> SteeringPlan {
+        self.inner.state.lock().await.plan.clone()
+    }
+
+    /// The health ledger as of the last round (or the last drain/hold).
+    pub async fn ledger(&self) -> HealthLedger {
+        self.inner.state.lock().await.ledger.clone()
+    }
+
+    /// Every round so far (restored rounds included), in order.
+    pub async fn rounds(&self) -> Vec<RoundRecord> {
+        self.inner.state.lock().await.rounds.clone()
+    }
+
+    /// The engine's journal: every decided change of every round, in order.
+    pub async fn journal(&self) -> Journal {
+        let mut j = Journal::new();
+        j.extend(
+            self.inner
+                .state
+                .lock()
+                .await
+                .rounds
+                .iter()
+                .flat_map(|r| r.decided.iter().cloned()),
+        );
+        j
+    }
+
+    /// The engine's memory as of the last round.
+    pub async fn engine_state(&self) -> EngineState {
+        self.inner.state.lock().await.engine.clone()
+    }
+
+    /// The number of the last round concluded (0 before the first).
+    pub async fn last_round(&self) -> u64 {
+        self.inner.state.lock().await.round
+    }
+
+    fn take_events(&self) -> Vec<Event> {
+        let mut rx = self
+            .inner
+            .events_rx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            out.push(e);
+        }
+        out
+    }
+
+    /// One round at `now`: health in, decide, apply, journal, store. For tests and
+    /// simulations; [`Controller::run`] calls it every interval.
+    pub async fn round(&self, now: Timestamp) -> RoundReport {
+        let mut events = Vec::new();
+        if let Some(m) = &self.inner.monitor {
+            events.extend(m.round_once().await.events);
+        }
+        events.extend(self.take_events());
+        let mut guard = self.inner.state.lock().await;
+        let st = &mut *guard;
+        for e in &events {
+            st.ledger.record(e);
+        }
+        self.sync_monitor(&mut st.ledger, now);
+        let health: BTreeMap<ProviderId, ProviderHealth> = st.ledger.health();
+
+        let snapshot = {
+            let mut board = self
+                .inner
+                .board
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            board.expire(now);
+            board.snapshot(now, self.inner.policy.steering.rum.window.get())
+        };
+        let data_as_of = snapshot.newest_sample();
+        let cohorts = cohort_inputs(
+            &self.inner.policy,
+            &snapshot,
+            Metric::Ttfb,
+            self.inner.scorer.as_ref(),
+            &st.plan,
+        );
+        let decision = engine::decide(
+            now,
+            &Inputs {
+                policy: &self.inner.policy,
+                current: &st.plan,
+                cohorts: &cohorts,
+                health: &health,
+                data_as_of,
+                state: &st.engine,
+            },
+        );
+        let plan_changed = decision.plan != st.plan;
+        let dry_run = self.is_dry_run();
+        let mut applied = Vec::with_capacity(self.inner.actuators.len());
+        for (i, a) in self.inner.actuators.iter().enumerate() {
+            let outcome = if dry_run {
+                ApplyOutcome::DryRun
+            } else if st.applied.get(i).and_then(Option::as_ref) == Some(&decision.plan) {
+                ApplyOutcome::UpToDate
+            } else {
+                let outcome = self.apply_one(a, &decision.plan).await;
+                if let Some(slot) = st.applied.get_mut(i) {
+                    *slot = outcome.in_force().then(|| decision.plan.clone());
+                }
+                outcome
+            };
+            applied.push(ApplyRecord {
+                actuator: a.name.clone(),
+                outcome,
+            });
+        }
+        let out = st
+            .ledger
+            .entries()
+            .filter(|(_, e)| e.is_out())
+            .map(|(p, e)| (p.clone(), e.reasons.clone()))
+            .collect();
+        st.round += 1;
+        let record = RoundRecord {
+            round: st.round,
+            at: now,
+            mode: decision.mode,
+            dry_run,
+            out,
+            decided: decision.journal,
+            plan_changed,
+            applied,
+        };
+        if record.partial() {
+            let failed: Vec<String> = record.failed().iter().map(|a| a.actuator.clone()).collect();
+            tracing::warn!(
+                round = record.round,
+                failed = failed.join(", "),
+                "plan applied to some actuators only; the next round retries the others"
+            );
+        }
+        st.plan = decision.plan;
+        st.engine = decision.state;
+        st.rounds.push(record.clone());
+        let saved = ControllerState {
+            round: st.round,
+            plan: st.plan.clone(),
+            engine: st.engine.clone(),
+            ledger: st.ledger.clone(),
+            outstanding: self
+                .inner
+                .fanout
+                .as_ref()
+                .map(PurgeFanout::outstanding)
+                .unwrap_or_default(),
+            last: Some(record.clone()),
+        };
+        let store_error = self.inner.store.save(&saved).err().map(|e| {
+            tracing::error!(error = %e, "the controller's state could not be saved");
+            e.to_string()
+        });
+        let plan = Arc::new(st.plan.clone());
+        self.inner.plan_tx.send_if_modified(|p| {
+            if **p == *plan {
+                false
+            } else {
+                *p = plan.clone();
+                true
+            }
+        });
+        RoundReport {
+            record,
+            plan,
+            events,
+            store_error,
+        }
+    }
+
+    /// A quorum verdict restored from the store outlives the monitor's memory (a new monitor
+    /// starts every provider up and never flips an up provider to recovered): once the monitor
+    /// has seen the provider up for the policy's `up_after` rounds, the verdict is cleared as a
+    /// recovery would. Drains set on the monitor directly reach the ledger too.
+    fn sync_monitor(&self, ledger: &mut HealthLedger, now: Timestamp) {
+        let Some(m) = &self.inner.monitor else {
+            return;
+        };
+        let snapshot = m.snapshot();
+        let up_after = self.inner.policy.health.up_after;
+        for (p, h) in &snapshot.providers {
+            if ledger.quorum_down(p)
+                && h.state == multicdn_core::HealthState::Up
+                && h.up_rounds >= up_after
+            {
+                ledger.clear_quorum(p, now);
+            }
+            let drained = ledger.reasons(p).iter().any(|r| r.kind() == "drained");
+            if h.drained != drained {
+                ledger.set_drained(p, h.drained, now);
+            }
+        }
+    }
+
+    async fn apply_one(&self, a: &Actuator, plan: &SteeringPlan) -> ApplyOutcome {
+        let retry = self.inner.retry;
+        let attempts = retry.attempts.max(1);
+        let mut wait = retry.backoff;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match a.steerer.apply(plan, &self.inner.apply).await {
+                Ok(diff) => {
+                    return ApplyOutcome::Applied {
+                        changes: diff.changes.len(),
+                        attempts: attempt,
+                    };
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        actuator = %a.name, attempt, error = %e, retryable = e.is_retryable(),
+                        "apply failed"
+                    );
+                    if !e.is_retryable() || attempt >= attempts {
+                        return ApplyOutcome::Failed {
+                            error: ErrorRecord::from(&e),
+                            attempts: attempt,
+                        };
+                    }
+                    let pause = e.retry_after().unwrap_or(wait).min(retry.max_backoff);
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
+                    wait = (wait * 2).min(retry.max_backoff);
+                }
+            }
+        }
+    }
+
+    /// Runs a round now and then every interval, by `clock`, until `shutdown` completes. A
+    /// round in flight at shutdown finishes first (a plan is never half-applied by the
+    /// controller's own choice). Beacons are taken in meanwhile through [`Controller::consume`]
+    /// or the ingest methods.
+    pub async fn run(&self, clock: impl Clock, shutdown: impl Future<Output = ()>) {
+        let mut ticker = tokio::time::interval(self.inner.interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                _ = ticker.tick() => {}
+            }
+            self.round(clock.now()).await;
+        }
+    }
+
+    /// The engine's journal entries of the last round (for printing a timeline).
+    pub async fn last_decided(&self) -> Vec<JournalEntry> {
+        self.inner
+            .state
+            .lock()
+            .await
+            .rounds
+            .last()
+            .map(|r| r.decided.clone())
+            .unwrap_or_default()
+    }
+
+    /// What each provider still owes of missed purges.
+    pub fn outstanding(&self) -> BTreeMap<ProviderId, Outstanding> {
+        self.inner
+            .fanout
+            .as_ref()
+            .map(PurgeFanout::outstanding)
+            .unwrap_or_default()
+    }
+}
