@@ -154,6 +154,7 @@ pub fn build_record(plan: &SteeringPlan, inputs: &RecordInputs) -> Result<Ns1Rec
             plan.record
         ));
     }
+    crate::dns::check_not_apex(&record, &zone)?;
     let mut cohorts: Vec<&CohortPlan> = plan.cohorts.iter().collect();
     cohorts.sort_by_key(|c| specificity(c));
     let mut answers = Vec::new();
@@ -527,6 +528,10 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown provider")
         );
+        let mut apex = plan();
+        apex.record = "example.com.".into();
+        let e = build_record(&apex, &inputs()).unwrap_err();
+        assert!(e.contains("zone apex"), "{e}");
     }
 
     #[test]

@@ -158,6 +158,21 @@ pub fn diff_sets(
     desired: &[RecordSet],
 ) -> Result<RecordSetDiff, String> {
     let record = normalise_name(record);
+    // Other types at a managed name (an A/AAAA at the record, say): Route 53 refuses a CNAME
+    // beside them, so the plan is refused before any batch is sent.
+    let mut by_name: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for set in existing
+        .iter()
+        .filter(|s| is_managed_name(&s.name, &record))
+    {
+        by_name
+            .entry(normalise_name(&set.name))
+            .or_default()
+            .push(set.rtype.as_str());
+    }
+    for (name, types) in &by_name {
+        crate::dns::check_cname_alone(name, types.iter().copied())?;
+    }
     let mut current: BTreeMap<(String, String, String), &RecordSet> = BTreeMap::new();
     for set in existing
         .iter()
@@ -466,6 +481,30 @@ mod tests {
         odd[0].foreign = Some("Failover".into());
         let e = diff_sets("www.example.com", &odd, &[]).unwrap_err();
         assert!(e.contains("Failover"), "{e}");
+    }
+
+    #[test]
+    fn an_a_record_at_the_name_is_refused_before_anything_is_sent() {
+        let desired = desired_sets(&plan(90.0), &inputs()).unwrap();
+        let a = RecordSet {
+            name: "WWW.example.com.".into(),
+            rtype: "A".into(),
+            set_identifier: None,
+            weight: None,
+            geo: None,
+            ttl: Some(300),
+            values: vec!["192.0.2.1".into()],
+            health_check_id: None,
+            foreign: None,
+        };
+        let e = diff_sets("www.example.com", &[a.clone()], &desired).unwrap_err();
+        assert!(e.contains("www.example.com already holds A records"), "{e}");
+        // An A record elsewhere in the zone is none of the layout's business.
+        let elsewhere = RecordSet {
+            name: "api.example.com".into(),
+            ..a
+        };
+        assert!(diff_sets("www.example.com", &[elsewhere], &desired).is_ok());
     }
 }
 
