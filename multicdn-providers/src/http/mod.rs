@@ -334,8 +334,19 @@ impl VendorHttp {
         message: String,
     ) -> Error {
         let status = answer.status.as_u16();
-        let retry_after = parse_retry_after(&answer.headers)
-            .or_else(|| parse_fastly_reset(&answer.headers, self.clock.now()));
+        // Fastly sends `Fastly-RateLimit-Reset` on every counted request, so it is advice to
+        // wait only when the limit is what refused the call: on 429, or with none remaining.
+        let limited = status == 429
+            || answer
+                .headers
+                .get("fastly-ratelimit-remaining")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim() == "0");
+        let retry_after = parse_retry_after(&answer.headers).or_else(|| {
+            limited
+                .then(|| parse_fastly_reset(&answer.headers, self.clock.now()))
+                .flatten()
+        });
         match status {
             401 | 403 => Error::Auth {
                 provider: self.provider.clone(),
