@@ -73,6 +73,7 @@
 
 #[cfg(feature = "cloudflare")]
 pub mod cloudflare;
+pub mod dns;
 pub mod fanout;
 #[cfg(feature = "fastly")]
 pub mod fastly;

@@ -213,6 +213,62 @@ async fn a_429_with_a_rate_limit_reset_in_the_past_is_retried_once() {
 }
 
 #[tokio::test]
+async fn a_503_carrying_a_distant_rate_limit_reset_is_still_retried() {
+    // Fastly sends Fastly-RateLimit-Reset on every counted request; with requests remaining it
+    // is no advice to wait, so a transient 503 is retried as any other.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(format!("/service/{SERVICE}/purge_all")))
+        .and(header("Fastly-Key", FASTLY_TOKEN))
+        .respond_with(
+            ResponseTemplate::new(503)
+                .insert_header("Fastly-RateLimit-Remaining", "998")
+                .insert_header("Fastly-RateLimit-Reset", "4102444800")
+                .set_body_json(json!({"msg": "Service unavailable"})),
+        )
+        .up_to_n_times(1)
+        .expect(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path(format!("/service/{SERVICE}/purge_all")))
+        .and(header("Fastly-Key", FASTLY_TOKEN))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"status": "ok"})))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let receipt = fastly(&server.uri(), fast(4))
+        .purge(&PurgeRequest::everything())
+        .await
+        .unwrap();
+    assert_eq!(receipt.attempts, 2);
+}
+
+#[tokio::test]
+async fn a_distant_rate_limit_reset_with_nothing_remaining_fails_as_rate_limited() {
+    // Remaining 0: the reset is the vendor's word on when to come back, beyond what the
+    // settings wait for, so the call fails at once instead of hammering.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(format!("/service/{SERVICE}/purge_all")))
+        .and(header("Fastly-Key", FASTLY_TOKEN))
+        .respond_with(
+            ResponseTemplate::new(503)
+                .insert_header("Fastly-RateLimit-Remaining", "0")
+                .insert_header("Fastly-RateLimit-Reset", "4102444800")
+                .set_body_json(json!({"msg": "Service unavailable"})),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    let e = fastly(&server.uri(), fast(4))
+        .purge(&PurgeRequest::everything())
+        .await
+        .unwrap_err();
+    assert!(e.retry_after().is_some(), "{e:?}");
+}
+
+#[tokio::test]
 async fn three_500s_fail_clearly_with_fastlys_message() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))

@@ -205,3 +205,49 @@ fn plain_http_is_refused_off_loopback() {
         .is_ok()
     );
 }
+
+#[tokio::test]
+async fn an_endless_body_is_cut_off_at_the_limit_with_a_classified_error() {
+    // A 2 GiB chunked body, no Content-Length: read no further than the limit.
+    let app = axum::Router::new().route(
+        "/thing",
+        axum::routing::post(|| async {
+            let chunk = axum::body::Bytes::from(vec![b'x'; 1 << 20]);
+            let stream = futures::stream::iter(
+                (0..2048).map(move |_| Ok::<_, std::io::Error>(chunk.clone())),
+            );
+            axum::body::Body::from_stream(stream)
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let http = client(
+        &format!("http://{addr}"),
+        fast(3).with_max_body_bytes(4 << 20),
+    );
+    let e = send(&http).await.unwrap_err();
+    assert!(matches!(e, Error::UnexpectedResponse { .. }), "{e:?}");
+    assert!(!e.is_retryable(), "{e:?}");
+    assert!(
+        e.to_string().contains("larger than the 4194304 bytes"),
+        "{e}"
+    );
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_content_length_above_the_limit_is_refused_before_reading() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("y".repeat(2048)))
+        .expect(2)
+        .mount(&server)
+        .await;
+    let http = client(&server.uri(), fast(3).with_max_body_bytes(1024));
+    let e = send(&http).await.unwrap_err();
+    assert!(e.to_string().contains("Content-Length 2048"), "{e}");
+    // Under the limit, the same answer reads whole.
+    let http = client(&server.uri(), fast(3).with_max_body_bytes(4096));
+    assert_eq!(send(&http).await.unwrap().value.len(), 2048);
+}

@@ -116,7 +116,6 @@ fn expected(europe_fastly: u64) -> Value {
         "filters": [
             {"filter": "up", "config": {}},
             {"filter": "geofence_country", "config": {"remove_no_location": true}},
-            {"filter": "geofence_regional", "config": {"remove_no_georegion": true}},
             {"filter": "select_first_region", "config": {}},
             {"filter": "priority", "config": {"eliminate": "1"}},
             {"filter": "weighted_shuffle", "config": {}},
@@ -238,6 +237,76 @@ async fn the_record_in_force_reads_back_and_reapplying_sends_nothing() {
         .unwrap();
     assert!(diff.is_empty());
     assert!(writes(&server).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_record_read_back_with_float_weights_and_reordered_countries_is_unchanged() {
+    // ns1-go types weight as a float: NS1 may hand back 9000.0 for the 9000 written, filter
+    // configs as numbers, and countries in its own order. None of that is drift.
+    let mut read = as_read(expected(90));
+    for a in read["answers"].as_array_mut().unwrap() {
+        let w = a["meta"]["weight"].as_u64().unwrap();
+        a["meta"]["weight"] = json!(w as f64 + 0.0);
+        a["meta"]["priority"] = json!(a["meta"]["priority"].as_u64().unwrap() as f64);
+    }
+    read["filters"][3]["config"]["eliminate"] = json!(1);
+    read["filters"][5]["config"]["N"] = json!(1);
+    read["regions"]["europe"]["meta"]["country"] = json!(["FR", "DE"]);
+    let text = serde_json::to_string(&read).unwrap();
+    assert!(text.contains("\"weight\":9000.0"), "{text}");
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(RECORD))
+        .and(header("X-NSONE-Key", "ns1-key-123"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(text))
+        .mount(&server)
+        .await;
+    let s = steerer(&server);
+    let dry = s.dry_run(&plan(90.0)).await.unwrap();
+    assert!(!dry.changed, "{dry}");
+    let diff = s
+        .apply(&plan(90.0), &ApplyOptions::default())
+        .await
+        .unwrap();
+    assert!(diff.is_empty());
+    assert!(writes(&server).await.is_empty());
+    // A real change still shows: 8000.0 where 9000 is wanted.
+    let mut moved =
+        serde_json::from_str::<Value>(&serde_json::to_string(&as_read(expected(90))).unwrap())
+            .unwrap();
+    moved["answers"][1]["meta"]["weight"] = json!(8000.0);
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(RECORD))
+        .respond_with(ResponseTemplate::new(200).set_body_json(moved))
+        .mount(&server)
+        .await;
+    assert!(steerer(&server).dry_run(&plan(90.0)).await.unwrap().changed);
+}
+
+#[tokio::test]
+async fn no_geofence_regional_filter_without_georegion_metadata() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(RECORD))
+        .respond_with(not_found())
+        .mount(&server)
+        .await;
+    let dry = steerer(&server).dry_run(&plan(90.0)).await.unwrap();
+    assert!(
+        dry.record
+            .filters
+            .iter()
+            .all(|f| f.filter != "geofence_regional"),
+        "{:?}",
+        dry.record.filters
+    );
+    assert!(
+        dry.record
+            .regions
+            .values()
+            .all(|g| !g.meta.contains_key("georegion"))
+    );
 }
 
 #[tokio::test]

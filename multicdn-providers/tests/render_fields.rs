@@ -93,11 +93,11 @@ fn every_cache_policy_field_changes_the_output_in_the_expected_place() {
             "defaults.ttl_browser",
             |c| c.defaults.ttl_browser = Dur::secs(120),
             &["multicdn-fetch-ttl"],
+            // Under Pro's 1 h browser-TTL minimum: carried by the Cache-Control rules.
             &[
-                "multicdn-cache-defaults",
-                "multicdn-cache-route-2",
                 "multicdn-cache-control-route-2",
                 "multicdn-cache-control-defaults",
+                "warnings",
             ],
         ),
         (
@@ -580,5 +580,63 @@ fn more_cache_rules_than_the_plan_allows_is_reported() {
             .warnings
             .iter()
             .all(|w| w.feature != "cache.routes")
+    );
+}
+
+#[test]
+fn a_browser_ttl_under_the_plans_minimum_is_left_to_the_cache_control_rule_and_reported() {
+    // The example policy's 60 s browser TTL on Pro (minimum 1 h): a cache rule overriding the
+    // browser TTL with 60 s would be refused or clamped.
+    let c = seed();
+    let pro = cloudflare(&c);
+    let defaults = pro.cache_rules.rule("multicdn-cache-defaults").unwrap();
+    assert_eq!(
+        defaults.action_parameters["browser_ttl"],
+        json!({"mode": "respect_origin"})
+    );
+    let w = pro
+        .warnings
+        .iter()
+        .find(|w| w.feature == "cache.defaults.ttl_browser")
+        .unwrap();
+    assert!(w.why.contains("3600s"), "{}", w.why);
+    // The browser still gets the policy's 60 s through the response-header rule.
+    let cc = pro
+        .header_rules
+        .rule("multicdn-cache-control-defaults")
+        .unwrap();
+    assert!(
+        cc.action_parameters.to_string().contains("max-age=60"),
+        "{}",
+        cc.action_parameters
+    );
+    // A year-long browser TTL (routes[3]) is above the minimum and stays an override.
+    assert_eq!(
+        pro.cache_rules
+            .rule("multicdn-cache-route-3")
+            .unwrap()
+            .action_parameters["browser_ttl"]["mode"],
+        "override_origin"
+    );
+    // Business allows 1 s: the override is written as the policy says.
+    let business = render_cloudflare(
+        &c,
+        CloudflareTarget::new(CloudflarePlan::Business),
+        RenderMode::Lenient,
+    )
+    .unwrap();
+    assert_eq!(
+        business
+            .cache_rules
+            .rule("multicdn-cache-defaults")
+            .unwrap()
+            .action_parameters["browser_ttl"],
+        json!({"mode": "override_origin", "default": 60})
+    );
+    assert!(
+        business
+            .warnings
+            .iter()
+            .all(|w| !w.feature.ends_with("ttl_browser"))
     );
 }

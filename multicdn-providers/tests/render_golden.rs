@@ -165,6 +165,7 @@ fn lenient_cloudflare_rendering_names_every_approximation() {
                 "cache.defaults.stale_while_revalidate",
                 WarningKind::Approximated
             ),
+            ("cache.defaults.ttl_browser", WarningKind::Approximated),
             (
                 "cache.routes[2].surrogate_keys_from_origin",
                 WarningKind::Unsupported

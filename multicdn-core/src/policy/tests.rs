@@ -168,6 +168,13 @@ fn a_record_outside_its_zone_is_refused() {
 }
 
 #[test]
+fn a_record_at_the_zone_apex_is_refused() {
+    let d = invalid(&edit("zone: example.com", "zone: www.example.com"));
+    assert_eq!(d[0].path, "steering.record");
+    assert!(d[0].message.contains("zone apex"), "{:?}", d[0]);
+}
+
+#[test]
 fn syntax_errors_give_a_position() {
     let d = invalid("providers: {\n  fastly: [\n");
     assert!(d[0].position.line >= 1);

@@ -455,6 +455,19 @@ fn steering(policy: &Policy, out: &mut Problems) {
             format!("{:?} is not inside zone {:?}", s.record, s.zone),
         ));
     }
+    if s.record
+        .trim_end_matches('.')
+        .eq_ignore_ascii_case(s.zone.trim_end_matches('.'))
+    {
+        out.push((
+            "steering.record".into(),
+            format!(
+                "{:?} is the zone apex: the steered CNAME cannot stand beside the apex's SOA and NS records; steer a name below it, like www.{}",
+                s.record,
+                s.zone.trim_end_matches('.')
+            ),
+        ));
+    }
     if s.ttl.get().is_zero() {
         out.push(("steering.ttl".into(), "must be above zero, like 30s".into()));
     }

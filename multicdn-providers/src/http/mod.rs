@@ -43,7 +43,15 @@ pub struct HttpSettings {
     pub max_backoff: Duration,
     /// The longest `Retry-After` waited for; a longer one fails the call as rate limited.
     pub max_retry_after: Duration,
+    /// The largest response body read, in bytes. The body is read chunk by chunk and a longer
+    /// one (or a `Content-Length` above it) fails the call as an unexpected answer, so a
+    /// runaway body never takes more memory than this.
+    pub max_body_bytes: usize,
 }
+
+/// The default [`HttpSettings::max_body_bytes`]: 8 MiB, far above any answer the adapters
+/// read (a Route 53 listing page, a Cloudflare ruleset, a Fastly batch purge).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 impl Default for HttpSettings {
     fn default() -> HttpSettings {
@@ -54,6 +62,7 @@ impl Default for HttpSettings {
             min_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(10),
             max_retry_after: Duration::from_secs(300),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
     }
 }
@@ -68,6 +77,12 @@ impl HttpSettings {
     /// Sets the attempts per request.
     pub fn with_max_attempts(mut self, n: u32) -> HttpSettings {
         self.max_attempts = n.max(1);
+        self
+    }
+
+    /// Sets the largest response body read.
+    pub fn with_max_body_bytes(mut self, n: usize) -> HttpSettings {
+        self.max_body_bytes = n;
         self
     }
 
@@ -270,13 +285,13 @@ impl VendorHttp {
                 Ok(response) => {
                     let status = response.status();
                     let headers = response.headers().clone();
-                    match response.bytes().await {
+                    match self.read_body(label, response).await {
                         Ok(body) => read(&Answer {
                             status,
                             headers,
-                            body: body.to_vec(),
+                            body,
                         }),
-                        Err(e) => Err(self.transport_error(label, &e)),
+                        Err(e) => Err(e),
                     }
                 }
                 Err(e) => Err(self.transport_error(label, &e)),
@@ -298,6 +313,40 @@ impl VendorHttp {
             };
             tracing::debug!(provider = %self.provider, request = label, attempt = attempts, ?wait, error = %err, "retrying");
             tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// The body, chunk by chunk, refused once it passes `max_body_bytes`.
+    async fn read_body(
+        &self,
+        label: &str,
+        mut response: reqwest::Response,
+    ) -> Result<Vec<u8>, Error> {
+        let limit = self.settings.max_body_bytes;
+        let too_big = |got: String| Error::UnexpectedResponse {
+            provider: self.provider.clone(),
+            request: label.to_owned(),
+            message: format!(
+                "the response body ({got}) is larger than the {limit} bytes this client reads; nothing more was read"
+            ),
+        };
+        if let Some(n) = response.content_length()
+            && n > limit as u64
+        {
+            return Err(too_big(format!("Content-Length {n}")));
+        }
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len().saturating_add(chunk.len()) > limit {
+                        return Err(too_big(format!("over {limit} bytes")));
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => return Ok(body),
+                Err(e) => return Err(self.transport_error(label, &e)),
+            }
         }
     }
 
@@ -334,8 +383,19 @@ impl VendorHttp {
         message: String,
     ) -> Error {
         let status = answer.status.as_u16();
-        let retry_after = parse_retry_after(&answer.headers)
-            .or_else(|| parse_fastly_reset(&answer.headers, self.clock.now()));
+        // Fastly sends `Fastly-RateLimit-Reset` on every counted request, so it is advice to
+        // wait only when the limit is what refused the call: on 429, or with none remaining.
+        let limited = status == 429
+            || answer
+                .headers
+                .get("fastly-ratelimit-remaining")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim() == "0");
+        let retry_after = parse_retry_after(&answer.headers).or_else(|| {
+            limited
+                .then(|| parse_fastly_reset(&answer.headers, self.clock.now()))
+                .flatten()
+        });
         match status {
             401 | 403 => Error::Auth {
                 provider: self.provider.clone(),

@@ -17,7 +17,7 @@
 //! | last resort: the primary split again | 3 | the share in basis points | always `true` |
 //!
 //! The filter chain is `up`, `netfence_asn` (only when there are ASN groups),
-//! `geofence_country`, `geofence_regional`, `select_first_region`, `priority`,
+//! `geofence_country`, `select_first_region`, `priority`,
 //! `weighted_shuffle`, `select_first_n`: the client's group is chosen, down answers are
 //! dropped, the best remaining tier answers by weight, and because the last-resort tier is
 //! always up the chain can never answer empty.

@@ -97,22 +97,119 @@ fn filter(name: &str, config: Value) -> Ns1Filter {
     }
 }
 
-/// The filter chain: `up`, (`netfence_asn`), `geofence_country`, `geofence_regional`,
+/// The filter chain: `up`, (`netfence_asn`), `geofence_country`, (`geofence_regional`),
 /// `select_first_region`, `priority`, `weighted_shuffle`, `select_first_n`.
-pub fn filter_chain(with_asn: bool) -> Vec<Ns1Filter> {
+///
+/// `geofence_regional` acts on `georegion` metadata; with `remove_no_georegion` and no
+/// `georegion` written it would only remove answers, so it is in the chain only when a region
+/// group carries `georegion` (`with_georegion`).
+pub fn filter_chain(with_asn: bool, with_georegion: bool) -> Vec<Ns1Filter> {
     let mut chain = vec![filter("up", json!({}))];
     if with_asn {
         chain.push(filter("netfence_asn", json!({"remove_no_asn": true})));
     }
+    chain.push(filter(
+        "geofence_country",
+        json!({"remove_no_location": true}),
+    ));
+    if with_georegion {
+        chain.push(filter(
+            "geofence_regional",
+            json!({"remove_no_georegion": true}),
+        ));
+    }
     chain.extend([
-        filter("geofence_country", json!({"remove_no_location": true})),
-        filter("geofence_regional", json!({"remove_no_georegion": true})),
         filter("select_first_region", json!({})),
         filter("priority", json!({"eliminate": "1"})),
         filter("weighted_shuffle", json!({})),
         filter("select_first_n", json!({"N": "1"})),
     ]);
     chain
+}
+
+/// A value as NS1 may hand it back: numbers (and strings holding one: filter configs are
+/// strings on write, ns1-go types `weight` as a float) as one canonical number, so `9000.0`,
+/// `9000` and `"9000"` are the same; lists of scalars in region metadata sorted (`country`,
+/// `asn` are sets); objects and other lists normalised member by member.
+fn normalised(v: &Value, sort_lists: bool) -> Value {
+    fn number(f: f64) -> Value {
+        if f.fract() == 0.0 && f.abs() < 9.0e15 {
+            // Whole and exactly representable: the integer.
+            json!(f as i64)
+        } else {
+            json!(f)
+        }
+    }
+    match v {
+        Value::Number(n) => n.as_f64().map_or_else(|| v.clone(), number),
+        Value::String(s) => match s.trim().parse::<f64>() {
+            Ok(f) if f.is_finite() => number(f),
+            _ => v.clone(),
+        },
+        Value::Array(items) => {
+            let mut out: Vec<Value> = items.iter().map(|i| normalised(i, sort_lists)).collect();
+            if sort_lists && out.iter().all(|i| !i.is_object() && !i.is_array()) {
+                out.sort_by_key(|i| i.to_string());
+            }
+            Value::Array(out)
+        }
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), normalised(v, sort_lists)))
+                .collect(),
+        ),
+        Value::Bool(_) | Value::Null => v.clone(),
+    }
+}
+
+fn normalised_map(m: &Map<String, Value>, sort_lists: bool) -> Value {
+    normalised(&Value::Object(m.clone()), sort_lists)
+}
+
+impl Ns1Record {
+    /// True when `other` is the same record as NS1 serves it: TTL, answers (rdata without case
+    /// or trailing dot, metadata normalised), filters and region groups, compared after the
+    /// normalisation octoDNS's NS1 provider applies ([`Ns1Record`] fields NS1 adds on read are
+    /// never read). A record read back with `weight: 9000.0` for a written `9000` is the same.
+    pub fn same_as(&self, other: &Ns1Record) -> bool {
+        fn answers(r: &Ns1Record) -> Vec<(Vec<String>, Value, Option<String>)> {
+            r.answers
+                .iter()
+                .map(|a| {
+                    (
+                        a.answer
+                            .iter()
+                            .map(|v| v.trim_end_matches('.').to_ascii_lowercase())
+                            .collect(),
+                        normalised_map(&a.meta, false),
+                        a.region.clone(),
+                    )
+                })
+                .collect()
+        }
+        fn filters(r: &Ns1Record) -> Vec<(String, Value, bool)> {
+            r.filters
+                .iter()
+                .map(|f| {
+                    (
+                        f.filter.clone(),
+                        normalised_map(&f.config, false),
+                        f.disabled,
+                    )
+                })
+                .collect()
+        }
+        fn regions(r: &Ns1Record) -> BTreeMap<String, Value> {
+            r.regions
+                .iter()
+                .map(|(k, g)| (k.clone(), normalised_map(&g.meta, true)))
+                .collect()
+        }
+        self.ttl == other.ttl
+            && answers(self) == answers(other)
+            && filters(self) == filters(other)
+            && regions(self) == regions(other)
+    }
 }
 
 /// Every country on `continent` (NS1 has no continents; octoDNS expands them the same way).
@@ -154,6 +251,7 @@ pub fn build_record(plan: &SteeringPlan, inputs: &RecordInputs) -> Result<Ns1Rec
             plan.record
         ));
     }
+    crate::dns::check_not_apex(&record, &zone)?;
     let mut cohorts: Vec<&CohortPlan> = plan.cohorts.iter().collect();
     cohorts.sort_by_key(|c| specificity(c));
     let mut answers = Vec::new();
@@ -264,7 +362,10 @@ pub fn build_record(plan: &SteeringPlan, inputs: &RecordInputs) -> Result<Ns1Rec
         rtype: "CNAME".into(),
         ttl: plan.ttl.as_secs(),
         answers,
-        filters: filter_chain(with_asn),
+        filters: filter_chain(
+            with_asn,
+            regions.values().any(|g| g.meta.contains_key("georegion")),
+        ),
         regions,
     })
 }
@@ -527,6 +628,10 @@ mod tests {
                 .unwrap_err()
                 .contains("unknown provider")
         );
+        let mut apex = plan();
+        apex.record = "example.com.".into();
+        let e = build_record(&apex, &inputs()).unwrap_err();
+        assert!(e.contains("zone apex"), "{e}");
     }
 
     #[test]

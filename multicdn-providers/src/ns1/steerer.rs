@@ -190,7 +190,7 @@ impl Ns1Steerer {
 }
 
 fn same_record(a: &Ns1Record, b: &Ns1Record) -> bool {
-    a.ttl == b.ttl && a.answers == b.answers && a.filters == b.filters && a.regions == b.regions
+    a.same_as(b)
 }
 
 #[async_trait]

@@ -24,7 +24,11 @@
 //! cache rules is checked against the plan's allowance.
 //!
 //! An edge TTL under the plan's minimum ([`CloudflareTarget::min_edge_ttl`]) is rendered as
-//! written and reported.
+//! written and reported. A browser TTL under the plan's minimum
+//! ([`CloudflareTarget::min_browser_ttl`]: a cache rule with a shorter `browser_ttl` override
+//! is refused or clamped) is adjusted: the cache rule leaves the browser TTL to the origin
+//! (`respect_origin`) and the browser `Cache-Control` response-header rule sets the policy's
+//! `max-age`; the adjustment is reported.
 //!
 //! Field names used: `http.request.uri.path`, `http.response.code`,
 //! `http.response.headers`, `http.response.headers.names` (documented response fields).
@@ -110,6 +114,18 @@ impl CloudflareTarget {
     /// Enterprise 1 s, from Cloudflare's plan table). A shorter TTL is rendered as written and
     /// reported, so Cloudflare's own answer decides, never a silent change.
     pub fn min_edge_ttl(&self) -> u64 {
+        match self.plan {
+            CloudflarePlan::Free => 7200,
+            CloudflarePlan::Pro => 3600,
+            CloudflarePlan::Business | CloudflarePlan::Enterprise => 1,
+        }
+    }
+
+    /// The shortest browser TTL a cache rule may set on the plan, in seconds (Free 2 h, Pro
+    /// 1 h, Business and Enterprise 1 s, from Cloudflare's cache-rules settings). A shorter
+    /// `browser_ttl` override is refused or clamped, so the rendering leaves the browser TTL to
+    /// the `Cache-Control` response-header rule instead and reports it.
+    pub fn min_browser_ttl(&self) -> u64 {
         match self.plan {
             CloudflarePlan::Free => 7200,
             CloudflarePlan::Pro => 3600,
@@ -371,10 +387,40 @@ pub fn render_cloudflare(
     {
         check_edge_ttl(format!("{}.ttl_edge", r.at()), r.ttl_edge);
     }
+    // A browser TTL under the plan's minimum: the cache rule respects the origin and the
+    // Cache-Control response-header rule (below) carries the policy's max-age.
+    let min_browser = target.min_browser_ttl();
+    let mut browser_ttl = |feature: String, ttl: u64| {
+        if ttl < min_browser {
+            findings.approximated(
+                feature,
+                format!(
+                    "{ttl}s is below the {min_browser}s browser TTL a cache rule may set on Cloudflare's {:?} plan; the cache rule leaves the browser TTL to the origin and the Cache-Control response rule sets max-age={ttl}",
+                    target.plan
+                ),
+            );
+            json!({"mode": "respect_origin"})
+        } else {
+            json!({"mode": "override_origin", "default": ttl})
+        }
+    };
+    let defaults_browser = browser_ttl("cache.defaults.ttl_browser".into(), defaults.ttl_browser);
+    let route_browser: Vec<Value> = routes
+        .iter()
+        .map(|r| {
+            if r.never || !matchable[r.index] {
+                Value::Null
+            } else if r.ttl_browser == defaults.ttl_browser {
+                defaults_browser.clone()
+            } else {
+                browser_ttl(format!("{}.ttl_browser", r.at()), r.ttl_browser)
+            }
+        })
+        .collect();
     let mut cache_params = json!({
         "cache": true,
         "edge_ttl": {"mode": "override_origin", "default": defaults.ttl_edge},
-        "browser_ttl": {"mode": "override_origin", "default": defaults.ttl_browser},
+        "browser_ttl": defaults_browser,
         "serve_stale": {"disable_stale_while_updating": defaults.swr == 0},
     });
     let mut custom_key = serde_json::Map::new();
@@ -411,7 +457,7 @@ pub fn render_cloudflare(
             json!({
                 "cache": true,
                 "edge_ttl": {"mode": "override_origin", "default": r.ttl_edge},
-                "browser_ttl": {"mode": "override_origin", "default": r.ttl_browser},
+                "browser_ttl": route_browser.get(r.index).cloned().unwrap_or(Value::Null),
             })
         };
         cache_rules.push(Rule {

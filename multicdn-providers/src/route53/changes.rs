@@ -10,6 +10,10 @@ use super::layout::{GeoLocation, RecordSet, is_managed_name, normalise_name};
 /// count twice).
 pub const MAX_RECORDS_PER_BATCH: usize = 1_000;
 
+/// Route 53 accepts at most this many characters in all the `Value` elements of one batch (an
+/// `UPSERT`'s count twice; Route 53 quotas, "maximum number of characters in a change batch").
+pub const MAX_VALUE_CHARS_PER_BATCH: usize = 32_000;
+
 /// A change's action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Action {
@@ -53,6 +57,16 @@ impl Change {
             n
         }
     }
+
+    /// How many characters Route 53 counts for this change in its `Value` elements.
+    pub fn value_chars(&self) -> usize {
+        let n: usize = self.set.values.iter().map(|v| v.chars().count()).sum();
+        if self.action == Action::Upsert {
+            2 * n
+        } else {
+            n
+        }
+    }
 }
 
 /// What applying a plan would do to the record's sets: every set touched, with its weight
@@ -82,26 +96,37 @@ impl RecordSetDiff {
         }
     }
 
-    /// The changes split into batches of at most [`MAX_RECORDS_PER_BATCH`] records, order
-    /// kept; one batch (applied atomically) whenever they fit.
+    /// The changes split into batches of at most [`MAX_RECORDS_PER_BATCH`] records and
+    /// [`MAX_VALUE_CHARS_PER_BATCH`] value characters, order kept; one batch (applied
+    /// atomically) whenever they fit. Every batch is within both limits, so Route 53 never
+    /// refuses a later batch after earlier ones applied.
     pub fn batches(&self) -> Vec<&[Change]> {
-        split_batches(&self.changes, MAX_RECORDS_PER_BATCH)
+        split_batches(
+            &self.changes,
+            MAX_RECORDS_PER_BATCH,
+            MAX_VALUE_CHARS_PER_BATCH,
+        )
     }
 }
 
-/// Splits `changes` into runs of at most `max_records` records, keeping order.
-pub fn split_batches(changes: &[Change], max_records: usize) -> Vec<&[Change]> {
+/// Splits `changes` into runs of at most `max_records` records and `max_chars` value
+/// characters ([`Change::record_count`], [`Change::value_chars`]), keeping order. A single
+/// change over a limit on its own is a batch of its own.
+pub fn split_batches(changes: &[Change], max_records: usize, max_chars: usize) -> Vec<&[Change]> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut count = 0;
+    let mut chars = 0;
     for (i, c) in changes.iter().enumerate() {
-        let n = c.record_count();
-        if count + n > max_records && i > start {
+        let (n, k) = (c.record_count(), c.value_chars());
+        if (count + n > max_records || chars + k > max_chars) && i > start {
             out.push(&changes[start..i]);
             start = i;
             count = 0;
+            chars = 0;
         }
         count += n;
+        chars += k;
     }
     if start < changes.len() {
         out.push(&changes[start..]);
@@ -133,6 +158,21 @@ pub fn diff_sets(
     desired: &[RecordSet],
 ) -> Result<RecordSetDiff, String> {
     let record = normalise_name(record);
+    // Other types at a managed name (an A/AAAA at the record, say): Route 53 refuses a CNAME
+    // beside them, so the plan is refused before any batch is sent.
+    let mut by_name: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for set in existing
+        .iter()
+        .filter(|s| is_managed_name(&s.name, &record))
+    {
+        by_name
+            .entry(normalise_name(&set.name))
+            .or_default()
+            .push(set.rtype.as_str());
+    }
+    for (name, types) in &by_name {
+        crate::dns::check_cname_alone(name, types.iter().copied())?;
+    }
     let mut current: BTreeMap<(String, String, String), &RecordSet> = BTreeMap::new();
     for set in existing
         .iter()
@@ -375,7 +415,7 @@ mod tests {
                 before: None,
             })
             .collect();
-        let batches = split_batches(&changes, MAX_RECORDS_PER_BATCH);
+        let batches = split_batches(&changes, MAX_RECORDS_PER_BATCH, MAX_VALUE_CHARS_PER_BATCH);
         assert_eq!(
             batches.iter().map(|b| b.len()).collect::<Vec<_>>(),
             vec![500, 200]
@@ -387,7 +427,52 @@ mod tests {
                 before: None,
             })
             .collect();
-        assert_eq!(split_batches(&creates, MAX_RECORDS_PER_BATCH).len(), 1);
+        assert_eq!(
+            split_batches(&creates, MAX_RECORDS_PER_BATCH, MAX_VALUE_CHARS_PER_BATCH).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn batches_split_at_32000_value_characters_counting_upserts_twice() {
+        // 300 UPSERTs of a 60-character target: 600 records (under 1,000) but 36,000
+        // characters, which Route 53 refuses with InvalidChangeBatch.
+        let mut set = desired_sets(&plan(90.0), &inputs()).unwrap().remove(0);
+        set.values = vec![format!("{}.example.net", "e".repeat(48))];
+        assert_eq!(set.values[0].len(), 60);
+        let changes: Vec<Change> = (0..300)
+            .map(|_| Change {
+                action: Action::Upsert,
+                set: set.clone(),
+                before: None,
+            })
+            .collect();
+        let diff = RecordSetDiff {
+            changes,
+            sets_before: 300,
+            sets_total: 300,
+        };
+        let batches = diff.batches();
+        assert_eq!(
+            batches.iter().map(|b| b.len()).collect::<Vec<_>>(),
+            vec![266, 34]
+        );
+        for b in &batches {
+            assert!(b.iter().map(Change::value_chars).sum::<usize>() <= MAX_VALUE_CHARS_PER_BATCH);
+        }
+        // CREATEs count once: 36,000 / 2 fits one batch.
+        let creates: Vec<Change> = diff
+            .changes
+            .iter()
+            .map(|c| Change {
+                action: Action::Create,
+                ..c.clone()
+            })
+            .collect();
+        assert_eq!(
+            split_batches(&creates, MAX_RECORDS_PER_BATCH, MAX_VALUE_CHARS_PER_BATCH).len(),
+            1
+        );
     }
 
     #[test]
@@ -396,6 +481,30 @@ mod tests {
         odd[0].foreign = Some("Failover".into());
         let e = diff_sets("www.example.com", &odd, &[]).unwrap_err();
         assert!(e.contains("Failover"), "{e}");
+    }
+
+    #[test]
+    fn an_a_record_at_the_name_is_refused_before_anything_is_sent() {
+        let desired = desired_sets(&plan(90.0), &inputs()).unwrap();
+        let a = RecordSet {
+            name: "WWW.example.com.".into(),
+            rtype: "A".into(),
+            set_identifier: None,
+            weight: None,
+            geo: None,
+            ttl: Some(300),
+            values: vec!["192.0.2.1".into()],
+            health_check_id: None,
+            foreign: None,
+        };
+        let e = diff_sets("www.example.com", &[a.clone()], &desired).unwrap_err();
+        assert!(e.contains("www.example.com already holds A records"), "{e}");
+        // An A record elsewhere in the zone is none of the layout's business.
+        let elsewhere = RecordSet {
+            name: "api.example.com".into(),
+            ..a
+        };
+        assert!(diff_sets("www.example.com", &[elsewhere], &desired).is_ok());
     }
 }
 
@@ -509,6 +618,7 @@ mod properties {
             let state = read_state("www.example.com", &live);
             prop_assert!(SteeringDiff::between(&state, &b).is_empty());
             prop_assert!(diff.batches().iter().all(|b| b.iter().map(Change::record_count).sum::<usize>() <= MAX_RECORDS_PER_BATCH));
+            prop_assert!(diff.batches().iter().all(|b| b.iter().map(Change::value_chars).sum::<usize>() <= MAX_VALUE_CHARS_PER_BATCH));
         }
     }
 }

@@ -178,6 +178,7 @@ pub fn desired_sets(plan: &SteeringPlan, inputs: &LayoutInputs) -> Result<Vec<Re
             plan.record
         ));
     }
+    crate::dns::check_not_apex(&record, &zone)?;
     let ttl = plan.ttl.as_secs();
     if ttl > 2_147_483_647 {
         return Err(format!(
@@ -469,6 +470,10 @@ mod tests {
                 .unwrap_err()
                 .contains("appears in cohorts")
         );
+        let mut apex = two_cohorts();
+        apex.record = "example.com".into();
+        let e = desired_sets(&apex, &inputs()).unwrap_err();
+        assert!(e.contains("zone apex"), "{e}");
     }
 
     #[test]
