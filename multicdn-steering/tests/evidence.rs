@@ -22,6 +22,7 @@ use multicdn_steering::scorer::AvailabilityThenLatency;
 use proptest::prelude::*;
 
 const POLICY: &str = r#"
+site: {host: www.example.com}
 providers:
   fastly: {kind: fastly, edge_host: f.example.net, service_id: svc}
   cloudflare: {kind: cloudflare, edge_host: c.example.net, zone_id: zone}

@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use multicdn_core::{
-    ApplyOptions, Clock, Event, NetworkKey, Policy, ProviderHealth, ProviderId, Scorer, Steerer,
-    SteeringPlan, SystemClock, Timestamp,
+    ApplyOptions, Clock, Event, Policy, ProviderHealth, ProviderId, Scorer, Steerer, SteeringPlan,
+    SystemClock, Timestamp,
 };
 use multicdn_health::Monitor;
 use multicdn_providers::fanout::{
@@ -358,7 +358,11 @@ impl ControllerBuilder {
                 store: self.store,
                 scorer,
                 board: Mutex::new(board),
-                ingestor: Mutex::new(Ingestor::new(self.resolver).probe_order(probe_order)),
+                ingestor: Mutex::new(
+                    Ingestor::new(self.resolver)
+                        .probe_order(probe_order)
+                        .clock(Arc::clone(&self.clock)),
+                ),
                 events_tx,
                 events_rx: Mutex::new(events_rx),
                 state: tokio::sync::Mutex::new(state),

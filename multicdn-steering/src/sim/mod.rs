@@ -57,6 +57,7 @@ use crate::scorer::AvailabilityThenLatency;
 /// The policy the simulated estate runs: the example policy's providers, regions, floors and
 /// guardrails (europe and north-america lean on fastly, apac on cloudflare).
 pub const DEFAULT_POLICY: &str = r#"
+site: {host: www.example.com}
 providers:
   fastly: {kind: fastly, edge_host: f.example.net, service_id: svc}
   cloudflare: {kind: cloudflare, edge_host: c.example.net, zone_id: zone}
