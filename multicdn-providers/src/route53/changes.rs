@@ -497,7 +497,7 @@ mod tests {
             health_check_id: None,
             foreign: None,
         };
-        let e = diff_sets("www.example.com", &[a.clone()], &desired).unwrap_err();
+        let e = diff_sets("www.example.com", std::slice::from_ref(&a), &desired).unwrap_err();
         assert!(e.contains("www.example.com already holds A records"), "{e}");
         // An A record elsewhere in the zone is none of the layout's business.
         let elsewhere = RecordSet {
