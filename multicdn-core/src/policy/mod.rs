@@ -654,7 +654,7 @@ impl Policy {
             position: index
                 .position_of(&path)
                 .unwrap_or(Position { line: 1, column: 1 }),
-            path: printable_path(&path),
+            path: escape_control(&path),
             message,
         };
         let policy: Policy = match serde_saphyr::from_str(src) {
@@ -670,7 +670,7 @@ impl Policy {
                 let first = Diagnostic {
                     file: file.to_owned(),
                     position,
-                    path: printable_path(index.path_at(position).unwrap_or_default()),
+                    path: escape_control(index.path_at(position).unwrap_or_default()),
                     message: plain_message(&e),
                 };
                 let Some(found) = tree::every_problem::<Policy>(src, REQUIRED_SECTIONS)
@@ -758,10 +758,11 @@ fn within(path: &str, parent: &str) -> bool {
         || parent.is_empty()
 }
 
-/// A path as printed: keys are the file's own text, so a control character in one is escaped
-/// (a diagnostic is one line).
-fn printable_path(path: &str) -> String {
-    path.chars()
+/// `text` on one line: every control character (a line break above all) written as its Rust
+/// escape (`\n`, `\u{1b}`), everything else as it is. For policy text quoted where a line break
+/// would change the meaning: a diagnostic's path, a comment in rendered configuration.
+pub fn escape_control(text: &str) -> String {
+    text.chars()
         .map(|c| {
             if c.is_control() {
                 c.escape_default().to_string()

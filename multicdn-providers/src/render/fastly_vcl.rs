@@ -14,7 +14,7 @@
 
 use std::fmt::Write as _;
 
-use multicdn_core::policy::CachePolicy;
+use multicdn_core::policy::{CachePolicy, escape_control};
 use serde::{Deserialize, Serialize};
 
 use super::plan::PlanItem;
@@ -139,7 +139,7 @@ impl FastlyRendering {
         } else {
             out.push_str("# warnings:\n");
             for w in &self.warnings {
-                let _ = writeln!(out, "#   - {}", comment_text(&w.to_string()));
+                let _ = writeln!(out, "#   - {}", escape_control(&w.to_string()));
             }
         }
         for s in &self.snippets {
@@ -204,7 +204,7 @@ fn route_condition(routes: &[ResolvedRoute], patterns: &[String], i: usize) -> S
 }
 
 fn describe(r: &ResolvedRoute) -> String {
-    format!("# {} match {}", r.at(), comment_text(&r.pattern))
+    format!("# {} match {}", r.at(), escape_control(&r.pattern))
 }
 
 fn recv_routes(routes: &[ResolvedRoute], cond: &dyn Fn(usize) -> String) -> Option<Snippet> {
@@ -527,20 +527,6 @@ impl PlanItem for Snippet {
         }
         out
     }
-}
-
-/// `s` safe inside a `#` comment: a control character (a line break would end the comment
-/// and make the rest live VCL) is written as its escape.
-fn comment_text(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// Letters, digits, `-` and `_`: what VCL accepts after `resp.http.` or `Cookie:`.
