@@ -30,6 +30,7 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
@@ -159,7 +160,7 @@ fn fanout(cli: &Cli, policy: &Policy) -> Result<PurgeFanout, Fail> {
                     settings.clone(),
                 )
                 .map_err(setup)?;
-                members.push(FanoutMember::fastly(purger));
+                members.push(FanoutMember::new(Arc::new(purger)));
             }
             ProviderKind::Cloudflare => {
                 let purger = CloudflarePurger::from_spec(
@@ -170,7 +171,7 @@ fn fanout(cli: &Cli, policy: &Policy) -> Result<PurgeFanout, Fail> {
                     settings.clone(),
                 )
                 .map_err(setup)?;
-                members.push(FanoutMember::cloudflare(purger));
+                members.push(FanoutMember::new(Arc::new(purger)));
             }
             other => {
                 return Err(Fail::error(format!(

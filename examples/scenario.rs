@@ -280,8 +280,8 @@ pub async fn run(options: &Options) -> Result<Report, ScenarioError> {
     )
     .map_err(setup("cloudflare purger"))?;
     let fanout = PurgeFanout::new(vec![
-        FanoutMember::fastly(fastly_purger),
-        FanoutMember::cloudflare(cloudflare_purger),
+        FanoutMember::new(Arc::new(fastly_purger)),
+        FanoutMember::new(Arc::new(cloudflare_purger)),
     ])
     .with_clock(Arc::new(clock.clone()));
 

@@ -17,6 +17,7 @@
 mod limited;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use limited::{LimitedServer, ServerLimits};
@@ -52,8 +53,8 @@ fn fanout(server: &LimitedServer) -> PurgeFanout {
     )
     .unwrap();
     PurgeFanout::new(vec![
-        FanoutMember::fastly(fastly),
-        FanoutMember::cloudflare(cloudflare),
+        FanoutMember::new(Arc::new(fastly)),
+        FanoutMember::new(Arc::new(cloudflare)),
     ])
 }
 

@@ -398,9 +398,9 @@ fn built_from_the_policy_entry_with_its_plan() {
         (p.limits().purge.per_second, p.limits().purge.burst),
         (10.0, 50)
     );
-    let c = p.capabilities();
-    assert!(c.purge_hosts && c.purge_prefixes && !c.soft_purge);
-    assert_eq!(c.max_items_per_request, 100);
+    let c = p.pacing();
+    assert!(c.hosts.is_some() && c.prefixes.is_some() && !c.soft_items && !c.soft_everything);
+    assert_eq!(c.tags.map(|k| k.per_request), Some(100));
     let d = format!("{p:?}");
     assert!(
         !d.contains(CLOUDFLARE_TOKEN) && d.contains("[redacted]"),

@@ -65,8 +65,12 @@ async fn fastly_ok(expect: u64) -> MockServer {
 
 fn members(fastly_base: &str, cf_base: &str) -> Vec<FanoutMember> {
     vec![
-        FanoutMember::fastly(fastly(fastly_base, fast(2))),
-        FanoutMember::cloudflare(cloudflare(cf_base, CloudflareLimits::default(), fast(2))),
+        FanoutMember::new(Arc::new(fastly(fastly_base, fast(2)))),
+        FanoutMember::new(Arc::new(cloudflare(
+            cf_base,
+            CloudflareLimits::default(),
+            fast(2),
+        ))),
     ]
 }
 
@@ -250,7 +254,7 @@ async fn a_kind_one_provider_cannot_do_is_refused_before_anything_is_sent() {
         "a refusal demotes no one"
     );
     assert!(err.failed_providers().is_empty());
-    let empty = PurgeFanout::new(Vec::new())
+    let empty = PurgeFanout::new(Vec::<FanoutMember>::new())
         .purge(&PurgeRequest::tags(["a"]))
         .await
         .unwrap_err();
@@ -276,7 +280,10 @@ fn tight_members(server: &LimitedServer) -> Vec<FanoutMember> {
             .with_global(RateLimit::new(1_000.0, 1_000)),
         fast(4),
     );
-    vec![FanoutMember::fastly(f), FanoutMember::cloudflare(cf)]
+    vec![
+        FanoutMember::new(Arc::new(f)),
+        FanoutMember::new(Arc::new(cf)),
+    ]
 }
 
 #[tokio::test]
@@ -427,8 +434,8 @@ async fn a_failed_provider_stops_setting_the_pace_of_a_queued_purge() {
         fast(1),
     );
     let fanout = PurgeFanout::new(vec![
-        FanoutMember::fastly(fastly(&f.uri(), fast(1))),
-        FanoutMember::cloudflare(slow_cf),
+        FanoutMember::new(Arc::new(fastly(&f.uri(), fast(1)))),
+        FanoutMember::new(Arc::new(slow_cf)),
     ])
     .with_queue_in_flight(1);
     let watch = Stopwatch::start();
@@ -751,4 +758,88 @@ async fn a_missed_purge_of_everything_is_retried_as_one_and_then_recovered() {
     assert_eq!(sent, [json!({"purge_everything": true})]);
     assert!(fanout.outstanding().is_empty());
     assert_eq!(recovered_events(&events).len(), 1);
+}
+
+/// A team's own purger (an in-house cache): it says what it accepts and how it is paced, and
+/// nothing else is needed for the fan-out to batch, refuse and check it like the vendors'.
+#[derive(Debug)]
+struct InHouse {
+    id: ProviderId,
+    batches: Mutex<Vec<usize>>,
+}
+
+#[async_trait::async_trait]
+impl multicdn_core::Purger for InHouse {
+    fn provider(&self) -> &ProviderId {
+        &self.id
+    }
+    async fn purge(&self, request: &PurgeRequest) -> Result<multicdn_core::PurgeReceipt, Error> {
+        let n = request.scope.items().len();
+        self.batches.lock().unwrap().push(n);
+        Ok(multicdn_core::PurgeReceipt::new(
+            self.id.clone(),
+            vec![],
+            n,
+            1,
+            1,
+            Duration::ZERO,
+        ))
+    }
+    fn pacing(&self) -> multicdn_core::Pacing {
+        multicdn_core::Pacing::default().with_kind(
+            &PurgeScope::Tags(vec![]),
+            Some(multicdn_core::KindPacing::new(3, vec![])),
+        )
+    }
+    fn validate(&self, request: &PurgeRequest) -> Result<(), Error> {
+        self.pacing()
+            .check(request)
+            .map_err(|feature| Error::Unsupported {
+                provider: self.id.clone(),
+                feature,
+            })?;
+        match request.scope.items().iter().find(|t| t.contains(' ')) {
+            Some(t) => Err(Error::InvalidRequest {
+                provider: self.id.clone(),
+                message: format!("tag {t:?} has a space"),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_third_party_purger_brings_its_own_pacing_and_checks_to_the_fan_out() {
+    let f = fastly_ok(1).await;
+    let own = Arc::new(InHouse {
+        id: pid("in-house"),
+        batches: Mutex::new(Vec::new()),
+    });
+    let fanout = PurgeFanout::new([
+        FanoutMember::new(Arc::new(fastly(&f.uri(), fast(1)))),
+        FanoutMember::new(own.clone()),
+    ]);
+    // Its three-tags-a-request limit batches seven tags as 3 + 3 + 1; Fastly sends one batch.
+    let report = fanout
+        .purge(&PurgeRequest::tags(tags(7).iter().map(String::as_str)))
+        .await
+        .unwrap();
+    assert_eq!(report.receipts.len(), 2);
+    assert_eq!(*own.batches.lock().unwrap(), [3, 3, 1]);
+    // It cannot purge URLs: refused before Fastly is sent anything (fastly_ok expects 1 call).
+    let refused = fanout
+        .purge(&PurgeRequest::urls(["https://www.example.com/a"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, FanoutError::Refused { reason, .. } if reason.contains("in-house") && reason.contains("purge by urls")),
+        "{refused}"
+    );
+    // Its own check refuses a malformed tag everywhere.
+    let bad = fanout
+        .purge(&PurgeRequest::tags(["ok", "not ok"]))
+        .await
+        .unwrap_err();
+    assert!(bad.to_string().contains("has a space"), "{bad}");
+    assert_eq!(own.batches.lock().unwrap().len(), 3);
 }

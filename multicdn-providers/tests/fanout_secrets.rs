@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use multicdn_core::{PurgeRequest, Purger};
@@ -67,8 +68,11 @@ async fn a_token_never_appears_in_debug_output_errors_or_captured_logs() {
     seen += &format!("{e}\n{e:?}\n");
     // A failed fan-out, its events and its Debug.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let fanout = PurgeFanout::new(vec![FanoutMember::fastly(fp), FanoutMember::cloudflare(cp)])
-        .with_events(EventSink::channel(tx));
+    let fanout = PurgeFanout::new(vec![
+        FanoutMember::new(Arc::new(fp)),
+        FanoutMember::new(Arc::new(cp)),
+    ])
+    .with_events(EventSink::channel(tx));
     seen += &format!("{fanout:?}\n");
     let e = fanout
         .purge(&PurgeRequest::tags(["a", "b"]))

@@ -180,7 +180,8 @@ async fn hosts_and_prefixes_are_unsupported_and_nothing_is_sent() {
         assert!(matches!(e, Error::Unsupported { .. }), "{e}");
         assert!(e.to_string().contains(&format!("purge by {kind}")), "{e}");
     }
-    assert!(!purger.capabilities().purge_hosts && !purger.capabilities().purge_prefixes);
+    let pacing = purger.pacing();
+    assert!(pacing.hosts.is_none() && pacing.prefixes.is_none());
 }
 
 #[tokio::test]
@@ -440,8 +441,9 @@ fn built_from_the_policy_entry_with_https_required() {
         (p.id().as_str(), p.kind(), p.edge_host()),
         ("fastly", ProviderKind::Fastly, "example.map.fastly.net")
     );
-    assert!(p.capabilities().soft_purge && p.capabilities().purge_tags);
-    assert_eq!(p.capabilities().max_items_per_request, 256);
+    let pacing = p.pacing();
+    assert!(pacing.soft_items && !pacing.soft_everything);
+    assert_eq!(pacing.tags.map(|k| k.per_request), Some(256));
     let plain = FastlyPurger::from_spec(
         pid("fastly"),
         &spec,

@@ -12,13 +12,15 @@
 //! downstream teams can mock these traits in their own tests.
 
 mod health;
+mod pacing;
 mod provider;
 mod purge;
 mod score;
 mod steer;
 
 pub use health::{FailReason, HealthCheck, Observation, Outcome, Target};
-pub use provider::{Capabilities, Provider, ProviderKind};
+pub use pacing::{Budget, DEFAULT_ITEMS_PER_REQUEST, KindPacing, Pacing, RateLimit, Unit};
+pub use provider::{Provider, ProviderKind};
 pub use purge::{PurgeReceipt, PurgeRequest, PurgeScope, Purger};
 pub use score::{CellStats, Score, Scorer};
 pub use steer::{

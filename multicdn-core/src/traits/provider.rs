@@ -36,43 +36,8 @@ impl fmt::Display for ProviderKind {
     }
 }
 
-/// What a provider can do.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct Capabilities {
-    /// Purge by URL.
-    pub purge_urls: bool,
-    /// Purge by tag (surrogate key, cache tag).
-    pub purge_tags: bool,
-    /// Purge by hostname.
-    pub purge_hosts: bool,
-    /// Purge by URL prefix.
-    pub purge_prefixes: bool,
-    /// Purge everything.
-    pub purge_everything: bool,
-    /// Mark stale instead of evicting.
-    pub soft_purge: bool,
-    /// Most items one purge request may carry.
-    pub max_items_per_request: usize,
-}
-
-impl Capabilities {
-    /// Capabilities with every purge kind, `max_items_per_request` items a request.
-    pub fn all(max_items_per_request: usize, soft_purge: bool) -> Capabilities {
-        Capabilities {
-            purge_urls: true,
-            purge_tags: true,
-            purge_hosts: true,
-            purge_prefixes: true,
-            purge_everything: true,
-            soft_purge,
-            max_items_per_request,
-        }
-    }
-}
-
-/// [`Provider`] describes one CDN: its id, edge, capabilities, and how to recognise its
-/// responses.
+/// [`Provider`] describes one CDN: its id, its edge, and how to recognise its responses. What
+/// it can purge is its [`Purger`](super::Purger)'s to say ([`Purger::pacing`](super::Purger::pacing)).
 #[cfg_attr(any(test, feature = "mock"), mockall::automock)]
 pub trait Provider: fmt::Debug + Send + Sync {
     /// The id the policy gives it.
@@ -81,8 +46,6 @@ pub trait Provider: fmt::Debug + Send + Sync {
     fn kind(&self) -> ProviderKind;
     /// The edge hostname traffic is steered to (`example.map.fastly.net`).
     fn edge_host(&self) -> &str;
-    /// What it can do.
-    fn capabilities(&self) -> Capabilities;
     /// Reads a response's headers and says whether this provider served it.
     fn recognise(&self, headers: &http::HeaderMap) -> Option<ServedBy> {
         served_by(headers).filter(|s| s.provider == self.kind().as_str())
@@ -98,9 +61,6 @@ impl<T: Provider + ?Sized> Provider for Arc<T> {
     }
     fn edge_host(&self) -> &str {
         (**self).edge_host()
-    }
-    fn capabilities(&self) -> Capabilities {
-        (**self).capabilities()
     }
     fn recognise(&self, headers: &http::HeaderMap) -> Option<ServedBy> {
         (**self).recognise(headers)

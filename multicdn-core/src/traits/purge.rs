@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::Error;
 use crate::id::ProviderId;
 
+use super::pacing::Pacing;
+
 /// What to purge. A tag is one concept: Fastly surrogate keys and Cloudflare cache tags are
 /// both purged with [`PurgeScope::Tags`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +148,15 @@ impl PurgeReceipt {
 /// [`Purger`] sends one purge to one provider and returns its receipt. Batching to the
 /// provider's limits, pacing and retries happen inside; a purge that did not complete is an
 /// error, never a warning.
+///
+/// A purger also says what it accepts and how it is paced, so a fan-out can refuse a purge
+/// some provider cannot do before anything is sent to anyone, batch items to each provider's
+/// limit, and feed large purges through at the slowest provider's documented rate. A purger of
+/// its own (a third CDN, an in-house cache) need only implement [`Purger::provider`] and
+/// [`Purger::purge`]: the defaults say it takes every kind, [`DEFAULT_ITEMS_PER_REQUEST`] items
+/// a request, paces itself, and has no soft purge.
+///
+/// [`DEFAULT_ITEMS_PER_REQUEST`]: super::DEFAULT_ITEMS_PER_REQUEST
 #[cfg_attr(any(test, feature = "mock"), mockall::automock)]
 #[async_trait]
 pub trait Purger: fmt::Debug + Send + Sync {
@@ -153,6 +164,23 @@ pub trait Purger: fmt::Debug + Send + Sync {
     fn provider(&self) -> &ProviderId;
     /// Purges, and returns once every batch is acknowledged.
     async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReceipt, Error>;
+    /// What it can purge, how many items a request carries, and which vendor budgets each
+    /// request spends. Default: [`Pacing::third_party`].
+    fn pacing(&self) -> Pacing {
+        Pacing::third_party()
+    }
+    /// Checks `request` without sending anything: the kind and soft flag are supported (by
+    /// [`Purger::pacing`]) and every item is well formed for this vendor. [`Purger::purge`]
+    /// does this first; a fan-out does it for every provider before sending to any. Default:
+    /// the kind check only.
+    fn validate(&self, request: &PurgeRequest) -> Result<(), Error> {
+        self.pacing()
+            .check(request)
+            .map_err(|feature| Error::Unsupported {
+                provider: self.provider().clone(),
+                feature,
+            })
+    }
 }
 
 #[async_trait]
@@ -162,5 +190,11 @@ impl<T: Purger + ?Sized> Purger for Arc<T> {
     }
     async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReceipt, Error> {
         (**self).purge(request).await
+    }
+    fn pacing(&self) -> Pacing {
+        (**self).pacing()
+    }
+    fn validate(&self, request: &PurgeRequest) -> Result<(), Error> {
+        (**self).validate(request)
     }
 }

@@ -13,8 +13,8 @@
 
 use multicdn_core::policy::CloudflarePlan;
 
-use crate::fanout::{Budget, Unit};
 use crate::http::RateLimit;
+use multicdn_core::{Budget, Unit};
 
 /// Items per request on every plan.
 pub const MAX_ITEMS_PER_REQUEST: usize = 100;
@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn url_purges_on_free_are_paced_by_urls_a_second_not_the_tag_bucket() {
-        use crate::fanout::KindPacing;
+        use multicdn_core::KindPacing;
         let free = CloudflareLimits::for_plan(CloudflarePlan::Free);
         // 10,000 URLs: 100 requests. The tag bucket (5 a minute beyond 25) would take 15
         // minutes; 800 URLs a second take 11.5 s.

@@ -16,15 +16,14 @@ use std::fmt;
 use async_trait::async_trait;
 use multicdn_core::policy::ProviderSpec;
 use multicdn_core::{
-    Capabilities, Error, Provider, ProviderId, ProviderKind, PurgeReceipt, PurgeRequest,
+    Error, KindPacing, Pacing, Provider, ProviderId, ProviderKind, PurgeReceipt, PurgeRequest,
     PurgeScope, Purger, Secret, Stopwatch,
 };
 use reqwest::Method;
 
 pub use limits::{CloudflareLimits, MAX_ITEMS_PER_REQUEST, MAX_URLS_PER_REQUEST_ENTERPRISE};
 
-use crate::fanout::batch::{Acked, chunks, send_batches};
-use crate::fanout::{KindPacing, Pacing};
+use crate::http::batch::{Acked, chunks, send_batches};
 use crate::http::{
     Answer, HttpSettings, Pacer, Sent, VendorHttp, encode_segment, parse_retry_after,
     secret_header, with_retry_advice,
@@ -195,49 +194,6 @@ impl CloudflarePurger {
         &self.zone_id
     }
 
-    /// What this purger can purge and how it is paced, for [`crate::fanout::PurgeFanout`].
-    pub fn pacing(&self) -> Pacing {
-        let b = self.limits.budgets();
-        let items = Some(KindPacing::new(self.limits.items_per_request, b.clone()));
-        Pacing::default()
-            .with_kind(
-                &PurgeScope::Urls(Vec::new()),
-                Some(KindPacing::new(
-                    self.limits.urls_per_request,
-                    self.limits.url_budgets(),
-                )),
-            )
-            .with_kind(&PurgeScope::Tags(Vec::new()), items.clone())
-            .with_kind(&PurgeScope::Hosts(Vec::new()), items.clone())
-            .with_kind(&PurgeScope::Prefixes(Vec::new()), items)
-            .with_kind(&PurgeScope::Everything, Some(KindPacing::new(1, b)))
-            .with_soft(false, false)
-    }
-
-    /// Checks `request` without sending anything: no soft purge, every item well formed for
-    /// its kind. [`Purger::purge`] does this first; the fan-out does it for every provider
-    /// before sending to any.
-    pub fn validate(&self, request: &PurgeRequest) -> Result<(), Error> {
-        if let Err(feature) = self.pacing().check(request) {
-            return Err(Error::Unsupported {
-                provider: self.id.clone(),
-                feature: format!(
-                    "{feature} (Cloudflare always evicts; send the purge with soft = false)"
-                ),
-            });
-        }
-        let kind = request.scope.kind();
-        match request
-            .scope
-            .items()
-            .iter()
-            .find_map(|i| invalid_item(kind, i))
-        {
-            Some(why) => Err(self.invalid(format!("{why}; nothing was purged"))),
-            None => Ok(()),
-        }
-    }
-
     fn invalid(&self, message: String) -> Error {
         Error::InvalidRequest {
             provider: self.id.clone(),
@@ -375,6 +331,49 @@ impl Purger for CloudflarePurger {
         &self.id
     }
 
+    /// What this purger can purge and how it is paced.
+    fn pacing(&self) -> Pacing {
+        let b = self.limits.budgets();
+        let items = Some(KindPacing::new(self.limits.items_per_request, b.clone()));
+        Pacing::default()
+            .with_kind(
+                &PurgeScope::Urls(Vec::new()),
+                Some(KindPacing::new(
+                    self.limits.urls_per_request,
+                    self.limits.url_budgets(),
+                )),
+            )
+            .with_kind(&PurgeScope::Tags(Vec::new()), items.clone())
+            .with_kind(&PurgeScope::Hosts(Vec::new()), items.clone())
+            .with_kind(&PurgeScope::Prefixes(Vec::new()), items)
+            .with_kind(&PurgeScope::Everything, Some(KindPacing::new(1, b)))
+            .with_soft(false, false)
+    }
+
+    /// Checks `request` without sending anything: no soft purge, every item well formed for
+    /// its kind. [`Purger::purge`] does this first; the fan-out does it for every provider
+    /// before sending to any.
+    fn validate(&self, request: &PurgeRequest) -> Result<(), Error> {
+        if let Err(feature) = self.pacing().check(request) {
+            return Err(Error::Unsupported {
+                provider: self.id.clone(),
+                feature: format!(
+                    "{feature} (Cloudflare always evicts; send the purge with soft = false)"
+                ),
+            });
+        }
+        let kind = request.scope.kind();
+        match request
+            .scope
+            .items()
+            .iter()
+            .find_map(|i| invalid_item(kind, i))
+        {
+            Some(why) => Err(self.invalid(format!("{why}; nothing was purged"))),
+            None => Ok(()),
+        }
+    }
+
     async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReceipt, Error> {
         let watch = Stopwatch::start();
         self.validate(request)?;
@@ -405,9 +404,5 @@ impl Provider for CloudflarePurger {
 
     fn edge_host(&self) -> &str {
         &self.edge_host
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::all(self.limits.items_per_request, false)
     }
 }

@@ -66,7 +66,9 @@
 //! # async fn main() {
 //! let member = |name: &str, per_request| {
 //!     let p = Acks(ProviderId::new(name).unwrap());
-//!     FanoutMember::new(Arc::new(p), Pacing::unlimited(per_request))
+//!     // A purger of one's own says nothing of its pacing: the fan-out assumes every kind,
+//!     // 100 items a request; `with_pacing` tells it better.
+//!     FanoutMember::new(Arc::new(p)).with_pacing(Pacing::unlimited(per_request))
 //! };
 //! let fanout = PurgeFanout::new(vec![member("fastly", 256), member("cloudflare", 100)]);
 //! let report = fanout.purge(&PurgeRequest::tags(["price-42"])).await.unwrap();
@@ -75,9 +77,11 @@
 //! # }
 //! ```
 //!
-//! With the real adapters, each brings its own pacing:
+//! With the real adapters, each brings its own pacing and checks ([`Purger::pacing`],
+//! [`Purger::validate`]):
 //!
 //! ```no_run
+//! # use std::sync::Arc;
 //! # use multicdn_core::{Policy, ProviderId};
 //! # use multicdn_providers::cloudflare::CloudflarePurger;
 //! # use multicdn_providers::fanout::{FanoutMember, PurgeFanout};
@@ -88,15 +92,13 @@
 //! let id = |s: &str| ProviderId::new(s);
 //! let fastly = FastlyPurger::from_spec_env(id("fastly")?, &policy.providers[&id("fastly")?], None, HttpSettings::default())?;
 //! let cloudflare = CloudflarePurger::from_spec_env(id("cloudflare")?, &policy.providers[&id("cloudflare")?], None, HttpSettings::default())?;
-//! let fanout = PurgeFanout::new(vec![FanoutMember::fastly(fastly), FanoutMember::cloudflare(cloudflare)]);
+//! let fanout = PurgeFanout::new([FanoutMember::new(Arc::new(fastly)), FanoutMember::new(Arc::new(cloudflare))]);
 //! # let _ = fanout;
 //! # Ok(())
 //! # }
 //! ```
 
-pub(crate) mod batch;
 mod missed;
-mod pacing;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -112,73 +114,38 @@ use multicdn_core::{
 };
 
 pub use missed::Outstanding;
-pub use pacing::{Budget, KindPacing, Pacing, Unit};
+/// What a purger accepts and how it is paced: its own to say, through [`Purger::pacing`].
+pub use multicdn_core::{Budget, KindPacing, Pacing, Unit};
 
-use crate::http::Pacer;
+use crate::http::{Pacer, batch};
 
 /// Chunks one provider sends at once in [`PurgeFanout::purge`] by default.
 const DEFAULT_IN_FLIGHT: usize = 4;
 /// Chunks in flight at once in [`PurgeFanout::purge_queued`] by default.
 const DEFAULT_QUEUE_IN_FLIGHT: usize = 8;
 
-/// Checks a purge without sending it (an adapter's `validate`).
-pub type Validator = Arc<dyn Fn(&PurgeRequest) -> Result<(), Error> + Send + Sync>;
-
-/// One provider in a fan-out: its purger, how it is batched and paced, and optionally how a
-/// purge is checked before anything is sent.
-#[derive(Clone)]
+/// One provider in a fan-out: its purger and how it is batched and paced. The pacing is the
+/// purger's own ([`Purger::pacing`]) unless [`FanoutMember::with_pacing`] overrides it; every
+/// purge is checked with the purger's [`Purger::validate`] before anything is sent to anyone.
+#[derive(Debug, Clone)]
 pub struct FanoutMember {
     purger: Arc<dyn Purger>,
     pacing: Pacing,
-    validate: Option<Validator>,
-}
-
-impl fmt::Debug for FanoutMember {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FanoutMember")
-            .field("purger", &self.purger)
-            .field("pacing", &self.pacing)
-            .field("validates", &self.validate.is_some())
-            .finish()
-    }
 }
 
 impl FanoutMember {
-    /// A member: `purger`, batched and paced as `pacing` says.
-    pub fn new(purger: Arc<dyn Purger>, pacing: Pacing) -> FanoutMember {
-        FanoutMember {
-            purger,
-            pacing,
-            validate: None,
-        }
+    /// A member: any purger, the library's (`Arc::new(FastlyPurger::...)`) or a team's own,
+    /// paced as it says.
+    pub fn new(purger: Arc<dyn Purger>) -> FanoutMember {
+        let pacing = purger.pacing();
+        FanoutMember { purger, pacing }
     }
 
-    /// Checks every purge with `validate` before anything is sent to any provider, so a
-    /// malformed item is refused everywhere rather than purged on some providers only.
-    pub fn with_validator(
-        mut self,
-        validate: impl Fn(&PurgeRequest) -> Result<(), Error> + Send + Sync + 'static,
-    ) -> FanoutMember {
-        self.validate = Some(Arc::new(validate));
+    /// Batches and paces this member as `pacing` says instead (a contract with higher limits
+    /// than the purger knows of, or a test).
+    pub fn with_pacing(mut self, pacing: Pacing) -> FanoutMember {
+        self.pacing = pacing;
         self
-    }
-
-    /// A Fastly member, with the purger's own pacing.
-    #[cfg(feature = "fastly")]
-    pub fn fastly(purger: crate::fastly::FastlyPurger) -> FanoutMember {
-        let pacing = purger.pacing();
-        let purger = Arc::new(purger);
-        let check = purger.clone();
-        FanoutMember::new(purger, pacing).with_validator(move |r| check.validate(r))
-    }
-
-    /// A Cloudflare member, with the purger's own pacing.
-    #[cfg(feature = "cloudflare")]
-    pub fn cloudflare(purger: crate::cloudflare::CloudflarePurger) -> FanoutMember {
-        let pacing = purger.pacing();
-        let purger = Arc::new(purger);
-        let check = purger.clone();
-        FanoutMember::new(purger, pacing).with_validator(move |r| check.validate(r))
     }
 
     /// The provider.
@@ -189,6 +156,17 @@ impl FanoutMember {
     /// The pacing.
     pub fn pacing(&self) -> &Pacing {
         &self.pacing
+    }
+
+    /// The purger.
+    pub fn purger(&self) -> &Arc<dyn Purger> {
+        &self.purger
+    }
+}
+
+impl From<Arc<dyn Purger>> for FanoutMember {
+    fn from(purger: Arc<dyn Purger>) -> FanoutMember {
+        FanoutMember::new(purger)
     }
 }
 
@@ -447,10 +425,10 @@ impl MemberOutcome {
 }
 
 impl PurgeFanout {
-    /// A fan-out over `members`.
-    pub fn new(members: Vec<FanoutMember>) -> PurgeFanout {
+    /// A fan-out over `members`: [`FanoutMember`]s, or any purgers as `Arc<dyn Purger>`.
+    pub fn new<M: Into<FanoutMember>>(members: impl IntoIterator<Item = M>) -> PurgeFanout {
         PurgeFanout {
-            members,
+            members: members.into_iter().map(Into::into).collect(),
             sink: None,
             clock: Arc::new(SystemClock),
             in_flight: DEFAULT_IN_FLIGHT,
@@ -653,7 +631,7 @@ impl PurgeFanout {
                         feature,
                     });
                 }
-                m.validate.as_ref().and_then(|v| v(request).err())
+                m.purger.validate(request).err()
             })
             .collect();
         if errors.is_empty() {

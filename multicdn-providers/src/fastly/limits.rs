@@ -9,8 +9,8 @@
 //! refilling at a 3,600th of it a second: a burst the vendor would accept is sent at once,
 //! and a sustained stream never outruns the hourly rate.
 
-use crate::fanout::{Budget, Unit};
 use crate::http::RateLimit;
+use multicdn_core::{Budget, Unit};
 
 /// Most surrogate keys one batch purge may carry.
 pub const MAX_KEYS_PER_BATCH: usize = 256;

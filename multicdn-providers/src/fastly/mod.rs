@@ -17,15 +17,14 @@ use std::fmt;
 use async_trait::async_trait;
 use multicdn_core::policy::ProviderSpec;
 use multicdn_core::{
-    Capabilities, Error, Provider, ProviderId, ProviderKind, PurgeReceipt, PurgeRequest,
+    Error, KindPacing, Pacing, Provider, ProviderId, ProviderKind, PurgeReceipt, PurgeRequest,
     PurgeScope, Purger, Secret, Stopwatch,
 };
 use reqwest::{Method, RequestBuilder};
 
 pub use limits::{FastlyLimits, MAX_KEYS_PER_BATCH, hourly};
 
-use crate::fanout::batch::{Acked, chunks, send_batches};
-use crate::fanout::{KindPacing, Pacing};
+use crate::http::batch::{Acked, chunks, send_batches};
 use crate::http::{Answer, HttpSettings, Pacer, Sent, VendorHttp, secret_header};
 use crate::spec::{required_field, token_from_env};
 
@@ -178,43 +177,6 @@ impl FastlyPurger {
         &self.service_id
     }
 
-    /// What this purger can purge and how it is paced, for [`crate::fanout::PurgeFanout`].
-    pub fn pacing(&self) -> Pacing {
-        let items = vec![self.limits.purge_budget()];
-        Pacing::default()
-            .with_kind(
-                &PurgeScope::Urls(Vec::new()),
-                Some(KindPacing::new(1, items.clone())),
-            )
-            .with_kind(
-                &PurgeScope::Tags(Vec::new()),
-                Some(KindPacing::new(self.limits.keys_per_batch, items)),
-            )
-            .with_kind(
-                &PurgeScope::Everything,
-                Some(KindPacing::new(1, vec![self.limits.non_read_budget()])),
-            )
-            .with_soft(true, false)
-    }
-
-    /// Checks `request` without sending anything: the kind and soft flag are supported, every
-    /// key and URL is well formed. [`Purger::purge`] does this first; the fan-out does it for
-    /// every provider before sending to any.
-    pub fn validate(&self, request: &PurgeRequest) -> Result<(), Error> {
-        if let Err(feature) = self.pacing().check(request) {
-            return Err(self.unsupported(feature));
-        }
-        let why = match &request.scope {
-            PurgeScope::Tags(keys) => keys.iter().find_map(|k| wire::invalid_key(k)),
-            PurgeScope::Urls(urls) => urls.iter().find_map(|u| wire::url_purge_path(u).err()),
-            _ => None,
-        };
-        match why {
-            Some(why) => Err(self.invalid(format!("{why}; nothing was purged"))),
-            None => Ok(()),
-        }
-    }
-
     fn unsupported(&self, feature: String) -> Error {
         Error::Unsupported {
             provider: self.id.clone(),
@@ -348,6 +310,43 @@ impl Purger for FastlyPurger {
         &self.id
     }
 
+    /// What this purger can purge and how it is paced.
+    fn pacing(&self) -> Pacing {
+        let items = vec![self.limits.purge_budget()];
+        Pacing::default()
+            .with_kind(
+                &PurgeScope::Urls(Vec::new()),
+                Some(KindPacing::new(1, items.clone())),
+            )
+            .with_kind(
+                &PurgeScope::Tags(Vec::new()),
+                Some(KindPacing::new(self.limits.keys_per_batch, items)),
+            )
+            .with_kind(
+                &PurgeScope::Everything,
+                Some(KindPacing::new(1, vec![self.limits.non_read_budget()])),
+            )
+            .with_soft(true, false)
+    }
+
+    /// Checks `request` without sending anything: the kind and soft flag are supported, every
+    /// key and URL is well formed. [`Purger::purge`] does this first; the fan-out does it for
+    /// every provider before sending to any.
+    fn validate(&self, request: &PurgeRequest) -> Result<(), Error> {
+        if let Err(feature) = self.pacing().check(request) {
+            return Err(self.unsupported(feature));
+        }
+        let why = match &request.scope {
+            PurgeScope::Tags(keys) => keys.iter().find_map(|k| wire::invalid_key(k)),
+            PurgeScope::Urls(urls) => urls.iter().find_map(|u| wire::url_purge_path(u).err()),
+            _ => None,
+        };
+        match why {
+            Some(why) => Err(self.invalid(format!("{why}; nothing was purged"))),
+            None => Ok(()),
+        }
+    }
+
     async fn purge(&self, request: &PurgeRequest) -> Result<PurgeReceipt, Error> {
         let watch = Stopwatch::start();
         self.validate(request)?;
@@ -392,12 +391,5 @@ impl Provider for FastlyPurger {
 
     fn edge_host(&self) -> &str {
         &self.edge_host
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        let mut c = Capabilities::all(self.limits.keys_per_batch, true);
-        c.purge_hosts = false;
-        c.purge_prefixes = false;
-        c
     }
 }

@@ -9,6 +9,7 @@
 //! `read` function that turns status, headers and body into a value or an error.
 
 mod base_url;
+pub(crate) mod batch;
 mod pace;
 mod path;
 mod retry_after;
@@ -94,30 +95,7 @@ impl HttpSettings {
     }
 }
 
-/// A client-side rate limit: `per_second` requests a second, bursts of `burst`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RateLimit {
-    /// Sustained rate, requests a second (may be fractional: Cloudflare Free is 5 a minute).
-    pub per_second: f64,
-    /// Bucket size.
-    pub burst: u32,
-}
-
-impl RateLimit {
-    /// A token bucket refilling `per_second`, holding `burst`.
-    pub fn new(per_second: f64, burst: u32) -> RateLimit {
-        RateLimit { per_second, burst }
-    }
-
-    /// The time `requests` take under this limit from a full bucket.
-    pub fn ideal_time(&self, requests: u32) -> Duration {
-        let beyond = requests.saturating_sub(self.burst);
-        if beyond == 0 || self.per_second <= 0.0 {
-            return Duration::ZERO;
-        }
-        Duration::from_secs_f64(f64::from(beyond) / self.per_second)
-    }
-}
+pub use multicdn_core::RateLimit;
 
 /// What a vendor's answer was read as.
 pub type ReadResult<T> = Result<T, Error>;

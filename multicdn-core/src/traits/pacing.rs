@@ -1,12 +1,43 @@
-//! What a provider can purge, how many items one request carries, and which vendor budgets each
-//! request spends: the data the fan-out needs to batch and pace a purge without knowing the
-//! vendor. Pure values; the adapters describe themselves with them.
+//! What a purger accepts and how it is paced: which purge kinds it can do, how many items one
+//! request carries, and which vendor budgets each request spends. [`Purger::pacing`] returns
+//! it, so a fan-out can batch and pace any purger, the library's or a team's own, without
+//! knowing the vendor. Pure values.
+//!
+//! [`Purger::pacing`]: super::Purger::pacing
 
 use std::time::Duration;
 
-use multicdn_core::{PurgeRequest, PurgeScope};
+use super::purge::{PurgeRequest, PurgeScope};
 
-use crate::http::RateLimit;
+/// Items one request carries in [`Pacing::third_party`], the default of [`Purger::pacing`].
+///
+/// [`Purger::pacing`]: super::Purger::pacing
+pub const DEFAULT_ITEMS_PER_REQUEST: usize = 100;
+
+/// A client-side rate limit: `per_second` requests a second, bursts of `burst`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Sustained rate, requests a second (may be fractional: Cloudflare Free is 5 a minute).
+    pub per_second: f64,
+    /// Bucket size.
+    pub burst: u32,
+}
+
+impl RateLimit {
+    /// A token bucket refilling `per_second`, holding `burst`.
+    pub fn new(per_second: f64, burst: u32) -> RateLimit {
+        RateLimit { per_second, burst }
+    }
+
+    /// The time `requests` take under this limit from a full bucket.
+    pub fn ideal_time(&self, requests: u32) -> Duration {
+        let beyond = requests.saturating_sub(self.burst);
+        if beyond == 0 || self.per_second <= 0.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64(f64::from(beyond) / self.per_second)
+    }
+}
 
 /// How a budget counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +137,15 @@ pub struct Pacing {
 }
 
 impl Pacing {
+    /// What [`Purger::pacing`] assumes of a purger that does not say: every kind,
+    /// [`DEFAULT_ITEMS_PER_REQUEST`] items a request, no budgets (it paces itself), no soft
+    /// purge.
+    ///
+    /// [`Purger::pacing`]: super::Purger::pacing
+    pub fn third_party() -> Pacing {
+        Pacing::unlimited(DEFAULT_ITEMS_PER_REQUEST)
+    }
+
     /// Every kind, `per_request` items a request, no budgets, no soft purge: for purgers that
     /// pace themselves (and for tests).
     pub fn unlimited(per_request: usize) -> Pacing {
