@@ -2,6 +2,5 @@
 
 #![forbid(unsafe_code)]
 
-pub mod emulate;
 pub mod scenario;
 pub mod summary;

@@ -1,6 +1,6 @@
 //! The quickstart's scripted incident: the whole loop on one machine, on fast simulated time.
 //!
-//! Two emulated CDN edges and both vendors' purge APIs run on loopback ([`crate::emulate`]).
+//! Two emulated CDN edges and both vendors' purge APIs run on loopback ([`multicdn_test_support`]).
 //! Five in-process probe runners check the edges through the real HTTP probe, quorum and
 //! hysteresis; synthetic users on seven networks are steered by the in-memory steerer and send
 //! RUM beacons; a [`Controller`] owns the loop: each tick it runs the monitor's round, folds
@@ -40,7 +40,7 @@ use multicdn_steering::beacon::{Beacon, ClientNetwork, NavigationBeacon, Receive
 use multicdn_steering::journal::{Journal, JournalEntry, Rule};
 use multicdn_steering::scoreboard::Metric;
 
-use crate::emulate::{EdgeMode, EdgeServer, PurgeApi};
+use multicdn_test_support::{EdgeMode, EdgeServer, PurgeApi};
 
 /// The policy the quickstart embeds: the same file `policy check` validates.
 pub const EMBEDDED_POLICY: &str = include_str!("policy.yaml");

@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, Uri};
 use axum::routing::any;
-use multicdn_examples::emulate::{EdgeMode, EdgeServer, PurgeApi};
+use multicdn_test_support::{EdgeMode, EdgeServer, PurgeApi};
 use tokio::runtime::Runtime;
 
 const ALL_EXAMPLES: [&str; 10] = [

@@ -321,3 +321,37 @@ fn cmsd_dynamic_parses_back_as_a_structured_field_list() {
         Some(true)
     );
 }
+
+#[tokio::test]
+async fn a_provider_marked_unavailable_is_no_longer_offered_and_sessions_see_a_new_version() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 6_000), ("cdn-b", 4_000)])]);
+    let (h, steerer) = serving(SteeringConfig::default(), &pl).await;
+    let shared = steerer.shared_plan();
+    let order = |r: &multicdn_steering::video::SteeringResponse| {
+        r.manifest.as_ref().unwrap().pathway_priority.clone()
+    };
+    let before = h.handle(&req(Protocol::Hls, "session=s1", &[]), t(0));
+    assert_eq!(order(&before).len(), 2);
+    // cdn-a goes down while the plan still lists it (failover moves its share in steps).
+    assert_eq!(shared.set_unavailable([p("cdn-a")].into()), 2);
+    let during = h.handle(&req(Protocol::Hls, "session=s1", &[]), t(10));
+    assert_eq!(order(&during), ["cdn-b"]);
+    assert!(
+        during
+            .manifest
+            .unwrap()
+            .reload_uri
+            .unwrap()
+            .ends_with("&version=2")
+    );
+    // Setting the same set again changes nothing.
+    assert_eq!(shared.set_unavailable([p("cdn-a")].into()), 2);
+    // Both out: a player still gets the plan's order rather than nothing.
+    shared.set_unavailable([p("cdn-a"), p("cdn-b")].into());
+    let both = h.handle(&req(Protocol::Dash, "session=s1", &[]), t(20));
+    assert_eq!(order(&both).len(), 2);
+    // Back: both offered again.
+    assert_eq!(shared.set_unavailable(Default::default()), 4);
+    let after = h.handle(&req(Protocol::Hls, "session=s1", &[]), t(30));
+    assert_eq!(order(&after), order(&before));
+}

@@ -23,7 +23,7 @@
 //! The plan in force is published on a watch channel ([`Controller::plans`]) for readers such
 //! as the content-steering server.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +48,7 @@ use multicdn_steering::journal::{Journal, JournalEntry};
 use multicdn_steering::resolve::{NetworkResolver, NoResolver};
 use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig, Snapshot};
 use multicdn_steering::scorer::P75Ttfb;
+use multicdn_steering::video::{ContentSteeringSteerer, SharedPlan};
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
@@ -138,6 +139,7 @@ struct Inner {
     actuators: Vec<Actuator>,
     monitor: Option<Monitor>,
     fanout: Option<PurgeFanout>,
+    video: Vec<SharedPlan>,
     store: Arc<dyn StateStore>,
     scorer: Box<dyn Scorer>,
     board: Mutex<Scoreboard>,
@@ -185,6 +187,7 @@ pub struct ControllerBuilder {
     actuators: Vec<Actuator>,
     monitor: Option<Monitor>,
     fanout: Option<PurgeFanout>,
+    video: Vec<SharedPlan>,
     clock: Arc<dyn Clock>,
     store: Arc<dyn StateStore>,
     resolver: Arc<dyn NetworkResolver>,
@@ -222,6 +225,16 @@ impl ControllerBuilder {
             steerer,
         });
         self
+    }
+
+    /// Adds the content-steering actuator (named `content-steering`): every round's plan is put
+    /// in force for the players, and the providers the ledger has out (down, drained, held,
+    /// owing purges) are no longer offered to them, from the round they go out to the round
+    /// they come back. The [`ContentSteering`](multicdn_steering::video::ContentSteering)
+    /// handler serving the steerer's [`SharedPlan`] follows both while it runs.
+    pub fn content_steering(mut self, steerer: ContentSteeringSteerer) -> Self {
+        self.video.push(steerer.shared_plan());
+        self.actuator("content-steering", steerer)
     }
 
     /// The health monitor: each round runs one round of its probes and takes its verdicts.
@@ -355,6 +368,7 @@ impl ControllerBuilder {
                 actuators: self.actuators,
                 monitor: self.monitor,
                 fanout,
+                video: self.video,
                 store: self.store,
                 scorer,
                 board: Mutex::new(board),
@@ -407,6 +421,7 @@ impl Controller {
             actuators: Vec::new(),
             monitor: None,
             fanout: None,
+            video: Vec::new(),
             clock: Arc::new(SystemClock),
             store: Arc::new(MemoryStore::new()),
             resolver: Arc::new(NoResolver),
@@ -678,16 +693,35 @@ impl Controller {
         );
         let plan_changed = decision.plan != st.plan;
         let dry_run = self.is_dry_run();
+        if !dry_run && !self.inner.video.is_empty() {
+            let out: BTreeSet<ProviderId> = st
+                .ledger
+                .entries()
+                .filter(|(_, e)| e.is_out())
+                .map(|(p, _)| p.clone())
+                .collect();
+            for video in &self.inner.video {
+                video.set_unavailable(out.clone());
+            }
+        }
         let mut applied = Vec::with_capacity(self.inner.actuators.len());
+        let geo_only = decision.plan.without_asns();
         for (i, a) in self.inner.actuators.iter().enumerate() {
+            // An actuator that cannot select by ASN gets the plan without ASN cohorts: those
+            // networks follow their country's cohort there.
+            let plan = if a.steerer.selects_asns() {
+                &decision.plan
+            } else {
+                &geo_only
+            };
             let outcome = if dry_run {
                 ApplyOutcome::DryRun
-            } else if st.applied.get(i).and_then(Option::as_ref) == Some(&decision.plan) {
+            } else if st.applied.get(i).and_then(Option::as_ref) == Some(plan) {
                 ApplyOutcome::UpToDate
             } else {
-                let outcome = self.apply_one(a, &decision.plan).await;
+                let outcome = self.apply_one(a, plan).await;
                 if let Some(slot) = st.applied.get_mut(i) {
-                    *slot = outcome.in_force().then(|| decision.plan.clone());
+                    *slot = outcome.in_force().then(|| plan.clone());
                 }
                 outcome
             };

@@ -2,46 +2,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use multicdn::ApplyOutcome;
 use multicdn::prelude::*;
-use multicdn::{ApplyOutcome, RoundReport};
 use multicdn_core::{Error, SteeringDiff, SteeringState};
-
-const POLICY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/policy.yaml");
-
-fn p(s: &str) -> ProviderId {
-    ProviderId::new(s).unwrap()
-}
-
-fn start() -> Timestamp {
-    Timestamp::parse_rfc3339("2026-12-01T09:00:00Z").unwrap()
-}
-
-/// Fresh beacons for Europe (both providers equal), so the deadman never fires.
-fn feed(c: &Controller, now: Timestamp) {
-    let mut text = String::new();
-    for cdn in ["fastly", "cloudflare"] {
-        for _ in 0..30 {
-            text.push_str(&format!(
-                "{{\"at\":{},\"asn\":3320,\"country\":\"DE\",\"ttfb\":40,\"provider\":\"{cdn}\"}}\n",
-                now.as_millis()
-            ));
-        }
-    }
-    c.ingest_bytes(text.as_bytes());
-}
-
-fn europe_fastly(r: &RoundReport) -> u32 {
-    r.plan
-        .cohort(&"europe".parse().unwrap())
-        .unwrap()
-        .weights
-        .get(&p("fastly"))
-}
+use support::{POLICY, europe, feed, p, quorum_down, start};
 
 /// A steerer that fails its first `failures` applies with a retryable timeout.
 #[derive(Debug)]
@@ -77,15 +48,6 @@ impl Steerer for Flaky {
     }
 }
 
-fn quorum_down(provider: &str, at: Timestamp) -> Event {
-    Event::QuorumDown {
-        provider: p(provider),
-        failing: vec![],
-        voting: 5,
-        at,
-    }
-}
-
 #[tokio::test]
 async fn an_outage_demotes_in_steps_and_every_actuator_gets_the_same_plan() {
     let clock = ManualClock::new(start());
@@ -105,7 +67,7 @@ async fn an_outage_demotes_in_steps_and_every_actuator_gets_the_same_plan() {
     let mut plans = c.plans();
     feed(&c, clock.now());
     let first = c.round(clock.now()).await;
-    assert_eq!(europe_fastly(&first), 9_000);
+    assert_eq!(europe(&first, "fastly"), 9_000);
     c.report(quorum_down("fastly", clock.now()));
     let mut shares = Vec::new();
     for _ in 0..4 {
@@ -117,7 +79,7 @@ async fn an_outage_demotes_in_steps_and_every_actuator_gets_the_same_plan() {
         assert_eq!(b.current().await.unwrap().cohorts, plan.cohorts);
         assert_eq!(video.get().unwrap().plan, plan);
         assert_eq!(**plans.borrow_and_update(), plan);
-        shares.push(europe_fastly(&r));
+        shares.push(europe(&r, "fastly"));
         clock.advance(Duration::from_secs(30));
     }
     // 50% at once, the rest after the policy's 90 s interval: never all at once.
@@ -164,7 +126,7 @@ async fn a_missed_purge_and_a_quorum_verdict_keep_a_provider_out_until_both_clea
     }])
     .await;
     // The recovery clears the verdict, not the missed purge: still out, all the way.
-    assert_eq!(europe_fastly(&r), 0);
+    assert_eq!(europe(&r, "fastly"), 0);
     assert_eq!(r.record.out[&p("fastly")][0].kind(), "purge_missed");
     let r = step(vec![Event::PurgeRecovered {
         provider: p("fastly"),
@@ -194,7 +156,7 @@ async fn a_restart_mid_failover_continues_it_with_a_journal_without_gap_or_dupli
     first.report(quorum_down("fastly", clock.now()));
     feed(&first, clock.now());
     let r = first.round(clock.now()).await;
-    assert_eq!(europe_fastly(&r), 4_500);
+    assert_eq!(europe(&r, "fastly"), 4_500);
     drop(first); // killed between rounds
 
     clock.advance(Duration::from_secs(90));
@@ -204,7 +166,7 @@ async fn a_restart_mid_failover_continues_it_with_a_journal_without_gap_or_dupli
     let r = second.round(clock.now()).await;
     // The failover's second step, 90 s after the first: not a fresh start.
     assert_eq!(r.record.round, 3);
-    assert_eq!(europe_fastly(&r), 0);
+    assert_eq!(europe(&r, "fastly"), 0);
     assert!(
         r.record
             .decided

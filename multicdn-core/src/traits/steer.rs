@@ -39,6 +39,38 @@ impl SteeringPlan {
         self.cohorts.iter().find(|c| &c.cohort == id)
     }
 
+    /// The plan as an actuator that cannot select by network (ASN) answers it: ASNs leave
+    /// every cohort's networks and a cohort left with none is dropped, so those networks'
+    /// users are answered by their country's, continent's or the `*` cohort. Route 53's
+    /// geolocation is such an actuator ([`Steerer::selects_asns`]).
+    pub fn without_asns(&self) -> SteeringPlan {
+        let cohorts = self
+            .cohorts
+            .iter()
+            .filter_map(|c| {
+                if !c.networks.iter().any(|n| matches!(n, NetworkKey::Asn(_))) {
+                    return Some(c.clone());
+                }
+                let networks: Networks = c
+                    .networks
+                    .iter()
+                    .filter(|n| !matches!(n, NetworkKey::Asn(_)))
+                    .cloned()
+                    .collect();
+                (!networks.is_empty()).then(|| CohortPlan {
+                    cohort: c.cohort.clone(),
+                    networks,
+                    weights: c.weights.clone(),
+                })
+            })
+            .collect();
+        SteeringPlan {
+            record: self.record.clone(),
+            ttl: self.ttl,
+            cohorts,
+        }
+    }
+
     /// Every provider any cohort names, sorted and deduplicated.
     pub fn providers(&self) -> Vec<ProviderId> {
         let mut all: Vec<ProviderId> = self
@@ -232,6 +264,12 @@ pub trait Steerer: fmt::Debug + Send + Sync {
         plan: &SteeringPlan,
         options: &ApplyOptions,
     ) -> Result<SteeringDiff, Error>;
+
+    /// Whether it can answer per network (ASN). One that cannot (Route 53: geolocation only)
+    /// is handed [`SteeringPlan::without_asns`] by a controller. Default: it can.
+    fn selects_asns(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]
@@ -248,5 +286,49 @@ impl<T: Steerer + ?Sized> Steerer for Arc<T> {
         options: &ApplyOptions,
     ) -> Result<SteeringDiff, Error> {
         (**self).apply(plan, options).await
+    }
+    fn selects_asns(&self) -> bool {
+        (**self).selects_asns()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn cohort(name: &str, networks: &[&str], fastly: f64) -> CohortPlan {
+        let f = ProviderId::new("fastly").unwrap();
+        let c = ProviderId::new("cloudflare").unwrap();
+        CohortPlan {
+            cohort: CohortId::new(name).unwrap(),
+            networks: networks.iter().map(|n| n.parse().unwrap()).collect(),
+            weights: Weights::from_percentages([(f, fastly), (c, 100.0 - fastly)]).unwrap(),
+        }
+    }
+
+    #[test]
+    fn without_asns_drops_asn_only_cohorts_and_asns_from_mixed_ones() {
+        let plan = SteeringPlan {
+            record: "www.example.com".into(),
+            ttl: Duration::from_secs(30),
+            cohorts: vec![
+                cohort("default", &["*"], 50.0),
+                cohort("as7922", &["AS7922"], 10.0),
+                cohort("europe", &["DE", "AS3320"], 90.0),
+            ],
+        };
+        let geo = plan.without_asns();
+        let names: Vec<&str> = geo.cohorts.iter().map(|c| c.cohort.as_str()).collect();
+        assert_eq!(names, ["default", "europe"]);
+        assert_eq!(
+            geo.cohorts[1].networks,
+            ["DE".parse::<NetworkKey>().unwrap()]
+        );
+        assert_eq!(geo.cohorts[1].weights, plan.cohorts[2].weights);
+        assert!(geo.check(None).is_ok());
+        // A plan without ASNs is its own projection.
+        assert_eq!(geo.without_asns(), geo);
     }
 }

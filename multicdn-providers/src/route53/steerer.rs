@@ -300,6 +300,11 @@ impl Steerer for Route53Steerer {
         Ok(self.cohort_diff(&read_state(&plan.record, &existing), plan, &sets))
     }
 
+    /// Route 53 geolocation selects by continent, country and subdivision, never by ASN.
+    fn selects_asns(&self) -> bool {
+        false
+    }
+
     async fn apply(
         &self,
         plan: &SteeringPlan,

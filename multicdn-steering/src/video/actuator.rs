@@ -14,6 +14,7 @@
 //!   leader for the same weights, so reloading the manifest never bounces a player between
 //!   pathways, and a small weight change moves only the sessions whose point crossed a boundary.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
@@ -22,20 +23,48 @@ use multicdn_core::{
     SteeringState, TOTAL_BP, Weights,
 };
 
-/// The plan in force and its version (1 for the first plan applied, +1 for each change).
+/// The plan in force, its version (1 for the first plan applied, +1 for each change) and the
+/// providers that must not be offered to players whatever the plan says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanInForce {
     /// The plan.
     pub plan: SteeringPlan,
-    /// Bumped on every applied change; players carry it back in `RELOAD-URI`.
+    /// Bumped on every applied change, of the plan or of the unavailable providers; players
+    /// carry it back in `RELOAD-URI`.
     pub version: u64,
+    /// Providers known to be down or drained ([`SharedPlan::set_unavailable`]): left out of
+    /// every pathway list, unless leaving them out would leave nothing.
+    pub unavailable: BTreeSet<ProviderId>,
 }
 
-/// The plan in force, shared between the actuator (which writes it) and the handler (which
-/// reads it on every request). Clones share one plan.
+impl PlanInForce {
+    /// `order` without the unavailable providers; `order` itself when that would leave none
+    /// (a player with no pathway stops, one with a doubtful pathway may still play).
+    pub fn offered(&self, order: Vec<ProviderId>) -> Vec<ProviderId> {
+        if self.unavailable.is_empty() {
+            return order;
+        }
+        let kept: Vec<ProviderId> = order
+            .iter()
+            .filter(|p| !self.unavailable.contains(*p))
+            .cloned()
+            .collect();
+        if kept.is_empty() { order } else { kept }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    in_force: Option<PlanInForce>,
+    unavailable: BTreeSet<ProviderId>,
+}
+
+/// The plan in force, shared between the actuator (which writes it), the controller (which
+/// says which providers are out) and the handler (which reads it on every request). Clones
+/// share one plan; a change reaches the next request, no restart.
 #[derive(Debug, Clone, Default)]
 pub struct SharedPlan {
-    inner: Arc<RwLock<Option<PlanInForce>>>,
+    inner: Arc<RwLock<Held>>,
 }
 
 impl SharedPlan {
@@ -47,13 +76,18 @@ impl SharedPlan {
     /// The plan in force, if any.
     pub fn get(&self) -> Option<PlanInForce> {
         // A poisoned lock still holds a complete value: writers only ever swap whole plans.
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .in_force
+            .clone()
     }
 
     /// Puts `plan` in force when it differs from the current one; returns the version in force.
     pub fn set(&self, plan: SteeringPlan) -> u64 {
         let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        match guard.as_mut() {
+        let held = &mut *guard;
+        match held.in_force.as_mut() {
             Some(current) if current.plan == plan => current.version,
             Some(current) => {
                 current.plan = plan;
@@ -61,10 +95,43 @@ impl SharedPlan {
                 current.version
             }
             None => {
-                *guard = Some(PlanInForce { plan, version: 1 });
+                held.in_force = Some(PlanInForce {
+                    plan,
+                    version: 1,
+                    unavailable: held.unavailable.clone(),
+                });
                 1
             }
         }
+    }
+
+    /// The providers not to offer (down, drained, held out), replacing the previous set; a
+    /// change bumps the version of the plan in force. The
+    /// [`Controller`](https://docs.rs/multicdn) sets it every round from its health ledger.
+    pub fn set_unavailable(&self, providers: BTreeSet<ProviderId>) -> u64 {
+        let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let held = &mut *guard;
+        if held.unavailable == providers {
+            return held.in_force.as_ref().map_or(0, |p| p.version);
+        }
+        held.unavailable = providers;
+        match held.in_force.as_mut() {
+            Some(current) => {
+                current.unavailable = held.unavailable.clone();
+                current.version += 1;
+                current.version
+            }
+            None => 0,
+        }
+    }
+
+    /// The providers not to offer.
+    pub fn unavailable(&self) -> BTreeSet<ProviderId> {
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .unavailable
+            .clone()
     }
 }
 

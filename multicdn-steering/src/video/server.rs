@@ -489,11 +489,19 @@ impl ContentSteering {
         let (order, cohort, version) = match &in_force {
             Some(p) => match cohort_for(&p.plan, &request.networks) {
                 Some(c) => (
-                    pathway_priority(&c.weights, Some(&session), c.cohort.as_str()),
+                    p.offered(pathway_priority(
+                        &c.weights,
+                        Some(&session),
+                        c.cohort.as_str(),
+                    )),
                     Some(c.cohort.clone()),
                     p.version,
                 ),
-                None => (self.config.default_pathways.clone(), None, p.version),
+                None => (
+                    p.offered(self.config.default_pathways.clone()),
+                    None,
+                    p.version,
+                ),
             },
             None => (self.config.default_pathways.clone(), None, 0),
         };

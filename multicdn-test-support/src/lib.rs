@@ -1,0 +1,24 @@
+//! Loopback emulators of what multicdn talks to, for its tests, the quickstart and the tools:
+//! one place, as strict as the vendors, so a test that passes here sends what the vendor
+//! would accept.
+//!
+//! - [`EdgeServer`]: a CDN edge fronting the site, switchable into an incident ([`EdgeMode`]).
+//! - [`PurgeApi`]: Fastly's and Cloudflare's purge endpoints on one port. Every route checks
+//!   the method, the path, the auth header and the body's shape and limits, and answers a
+//!   malformed request as the vendor does (400 with its error envelope); tokens can be refused
+//!   (an expired token) and failures injected.
+//! - [`Ns1Api`]: NS1's record, data-source and feed endpoints, keeping the records it is sent,
+//!   with `X-NSONE-Key` checked and NS1's error bodies.
+//!
+//! Every server binds an ephemeral port on 127.0.0.1 and stops when dropped.
+
+#![forbid(unsafe_code)]
+
+mod edge;
+mod ns1;
+mod purge;
+mod serve;
+
+pub use edge::{EdgeMode, EdgeServer};
+pub use ns1::Ns1Api;
+pub use purge::{CLOUDFLARE_MAX_ITEMS, FASTLY_MAX_KEYS, Fault, PurgeApi};
