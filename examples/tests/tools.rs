@@ -513,14 +513,14 @@ fn warm_warms_every_edge_and_skips_one_that_health_says_is_down() {
     );
 
     cloudflare.set_mode(EdgeMode::Unavailable);
-    let before = cloudflare.requests();
+    let before = cloudflare.request_count();
     let out = run("warm", &args, &[]);
     let text = stdout(&out);
     assert_eq!(code(&out), 1, "{text}{}", stderr(&out));
     assert!(text.contains("health: cloudflare is down"), "{text}");
     assert!(text.contains("cloudflare   SKIPPED"), "{text}");
     // Only the five health probes reached the broken edge; no page was warmed through it.
-    assert_eq!(cloudflare.requests() - before, 5);
+    assert_eq!(cloudflare.request_count() - before, 5);
     let _ = std::fs::remove_file(urls);
 }
 

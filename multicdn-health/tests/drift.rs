@@ -6,7 +6,7 @@ mod support;
 
 use multicdn_core::FailReason;
 use multicdn_health::{AllowedDifference, DriftChecker, DriftKind, Edge};
-use support::{SITE, TestEdge, id, two_edges};
+use support::{SITE, edge, id, two_edges};
 
 const PATHS: [&str; 5] = [
     "/",
@@ -122,7 +122,7 @@ async fn allowlisted_differences_are_not_drift() {
 
 #[tokio::test]
 async fn an_unreachable_edge_is_a_failure_not_a_difference() {
-    let fastly = TestEdge::start("fastly").await;
+    let fastly = edge("fastly").await;
     let dead = support::dead_port_url().await;
     let edges = vec![
         Edge::new(id("fastly"), &fastly.base_url()).unwrap(),

@@ -18,7 +18,7 @@ use multicdn_core::{
 use multicdn_health::{
     HealthConfig, HealthError, HttpProbe, Monitor, RoundVerdict, targets_from_policy,
 };
-use support::{BrokenPath, FakeRunner, REGIONS, TestEdge, id, region};
+use support::{BrokenPath, EdgeServer, FakeRunner, REGIONS, edge, id, region};
 
 const START: Timestamp = Timestamp::from_secs(1_800_000_000);
 const INTERVAL: Duration = Duration::from_secs(30);
@@ -34,15 +34,15 @@ fn policy() -> Policy {
 /// Two loopback edges (fastly, cloudflare) and a monitor over them built from the policy, with
 /// five real HTTP runners; `broken` names runners whose path to the edges is dead.
 struct Live {
-    fastly: TestEdge,
-    cloudflare: TestEdge,
+    fastly: EdgeServer,
+    cloudflare: EdgeServer,
     clock: ManualClock,
     monitor: Monitor,
 }
 
 async fn live(broken: &[&str]) -> Live {
-    let fastly = TestEdge::start("fastly").await;
-    let cloudflare = TestEdge::start("cloudflare").await;
+    let fastly = edge("fastly").await;
+    let cloudflare = edge("cloudflare").await;
     let overrides = BTreeMap::from([
         (id("fastly"), fastly.base_url()),
         (id("cloudflare"), cloudflare.base_url()),

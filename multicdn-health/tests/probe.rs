@@ -11,7 +11,7 @@ use multicdn_core::{
     Timestamp,
 };
 use multicdn_health::HttpProbe;
-use support::{MARKER, SITE, TestEdge, id, region};
+use support::{EdgeServer, MARKER, SITE, edge, id, region};
 
 fn probe() -> HttpProbe {
     HttpProbe::builder(region("eu-west"))
@@ -20,7 +20,7 @@ fn probe() -> HttpProbe {
         .unwrap()
 }
 
-fn target(edge: &TestEdge, path: &str) -> Target {
+fn target(edge: &EdgeServer, path: &str) -> Target {
     Target::new(id("fastly"), edge.url(path), MARKER).with_host(SITE)
 }
 
@@ -33,7 +33,7 @@ fn reason(o: &Observation) -> FailReason {
 
 #[tokio::test]
 async fn passes_on_the_expected_status_and_content_and_says_who_served_it() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let o = probe()
         .check(&target(&edge, "/_health/v3.txt"))
         .await
@@ -49,12 +49,13 @@ async fn passes_on_the_expected_status_and_content_and_says_who_served_it() {
     let served = o.served_by.unwrap();
     assert_eq!(served.provider, "fastly");
     assert_eq!(served.pop.as_deref(), Some("LHR"));
-    assert_eq!(served.cache, Some(CacheStatus::Hit));
+    // The health object is never cached (no-cache): every probe reaches the origin.
+    assert_eq!(served.cache, Some(CacheStatus::Miss));
 }
 
 #[tokio::test]
 async fn successive_probes_reuse_one_connection() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let p = probe();
     for _ in 0..3 {
         assert!(
@@ -74,7 +75,7 @@ async fn successive_probes_reuse_one_connection() {
 
 #[tokio::test]
 async fn sends_no_cache_and_the_sites_host_to_the_edge() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let o = probe().check(&target(&edge, "/host-gated")).await.unwrap();
     assert!(
         o.passed(),
@@ -93,7 +94,7 @@ async fn sends_no_cache_and_the_sites_host_to_the_edge() {
 
 #[tokio::test]
 async fn a_503_fails_even_when_its_body_has_the_marker() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let o = probe()
         .check(&target(&edge, "/503-with-marker"))
         .await
@@ -110,14 +111,14 @@ async fn a_503_fails_even_when_its_body_has_the_marker() {
 
 #[tokio::test]
 async fn other_statuses_pass_when_expected() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let t = target(&edge, "/503-with-marker").with_expect_status(vec![200, 503]);
     assert!(probe().check(&t).await.unwrap().passed());
 }
 
 #[tokio::test]
 async fn a_200_with_an_error_page_is_a_content_mismatch() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let o = probe().check(&target(&edge, "/error-page")).await.unwrap();
     assert_eq!(
         reason(&o),
@@ -137,7 +138,7 @@ async fn a_200_with_an_error_page_is_a_content_mismatch() {
 
 #[tokio::test]
 async fn only_a_bounded_prefix_of_the_body_is_searched() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     // The marker sits after 70,000 bytes: beyond the default 64 KiB.
     let t = target(&edge, "/late-marker");
     assert_eq!(
@@ -163,7 +164,7 @@ async fn only_a_bounded_prefix_of_the_body_is_searched() {
 
 #[tokio::test(start_paused = true)]
 async fn an_edge_hanging_past_the_deadline_is_a_timeout_at_the_deadline() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let t = target(&edge, "/hang").with_timeout(Duration::from_secs(3));
     let o = probe().check(&t).await.unwrap();
     assert_eq!(reason(&o), FailReason::Timeout);
@@ -184,10 +185,10 @@ async fn a_refused_connection_is_a_connect_failure() {
 #[tokio::test]
 async fn a_failed_handshake_is_a_tls_failure() {
     // https to an edge that speaks plain HTTP: the TLS layer rejects the answer.
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let t = Target::new(
         id("fastly"),
-        format!("https://{}/_health/v3.txt", edge.addr),
+        format!("https://{}/_health/v3.txt", edge.addr()),
         MARKER,
     );
     match reason(&probe().check(&t).await.unwrap()) {
@@ -198,7 +199,7 @@ async fn a_failed_handshake_is_a_tls_failure() {
 
 #[tokio::test]
 async fn redirects_are_judged_not_followed() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let o = probe().check(&target(&edge, "/redirect")).await.unwrap();
     assert_eq!(reason(&o), FailReason::Status { got: 301 });
     assert_eq!(edge.requests().len(), 1);
@@ -216,7 +217,7 @@ async fn a_target_that_is_not_a_url_cannot_be_checked() {
             other => panic!("expected an invalid request, got {other:?}"),
         }
     }
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     let t = target(&edge, "/_health/v3.txt").with_host("bad\nhost");
     assert!(matches!(
         probe().check(&t).await,
@@ -226,7 +227,7 @@ async fn a_target_that_is_not_a_url_cannot_be_checked() {
 
 #[tokio::test]
 async fn observations_cross_any_transport_as_json() {
-    let edge = TestEdge::start("fastly").await;
+    let edge = edge("fastly").await;
     edge.set_healthy(false);
     let mut o = probe()
         .check(&target(&edge, "/_health/v3.txt"))

@@ -10,7 +10,7 @@ use multicdn_core::{ManualClock, Policy, Timestamp};
 use multicdn_health::{
     Edge, HealthConfig, Monitor, WarmOutcome, WarmProgress, Warmer, edges_from_policy,
 };
-use support::{FakeRunner, REGIONS, SITE, TestEdge, id, two_edges};
+use support::{FakeRunner, REGIONS, SITE, edge, id, two_edges};
 
 fn top_urls(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("/products/item-{i}")).collect()
@@ -78,7 +78,7 @@ async fn warms_every_url_through_each_edge_one_provider_after_another() {
 
 #[tokio::test]
 async fn non_2xx_answers_and_dead_edges_are_counted() {
-    let fastly = TestEdge::start("fastly").await;
+    let fastly = edge("fastly").await;
     fastly.set_status("/products/item-3", 404);
     fastly.set_status("/products/item-4", 503);
     let dead = support::dead_port_url().await;

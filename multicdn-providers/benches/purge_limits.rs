@@ -13,25 +13,22 @@
     dead_code
 )]
 
-#[path = "../tests/support/limited.rs"]
-mod limited;
-
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use limited::{LimitedServer, ServerLimits};
 use multicdn_core::policy::CloudflarePlan;
 use multicdn_core::{ProviderId, PurgeRequest, Secret};
 use multicdn_providers::cloudflare::{CloudflareLimits, CloudflarePurger};
 use multicdn_providers::fanout::{FanoutMember, FanoutReport, PurgeFanout};
 use multicdn_providers::fastly::FastlyPurger;
 use multicdn_providers::http::HttpSettings;
+use multicdn_test_support::{PurgeApi, PurgeLimits};
 
 const TAGS: usize = 4_000;
 const RUNS: usize = 2;
 
-fn fanout(server: &LimitedServer) -> PurgeFanout {
+fn fanout(server: &PurgeApi) -> PurgeFanout {
     let settings = HttpSettings::default();
     let fastly = FastlyPurger::new(
         ProviderId::new("fastly").unwrap(),
@@ -66,7 +63,9 @@ struct Run {
 
 async fn run(mode: &'static str) -> Run {
     // A fresh server and fresh purgers: both sides start with full buckets.
-    let server = LimitedServer::start(ServerLimits::documented_pro()).await;
+    let server = PurgeApi::start_limited(PurgeLimits::documented_pro())
+        .await
+        .expect("a loopback purge API");
     let fanout = fanout(&server);
     let tags: Vec<String> = (0..TAGS).map(|i| format!("product-{i:05}")).collect();
     let request = PurgeRequest::tags(tags);

@@ -19,8 +19,8 @@ use multicdn_providers::fanout::{
 };
 use multicdn_providers::fastly::FastlyLimits;
 use multicdn_providers::http::RateLimit;
+use multicdn_test_support::{PurgeApi, PurgeLimits};
 use serde_json::json;
-use support::limited::{LimitedServer, ServerLimits};
 use support::vendors::{SERVICE, cloudflare, fast, fastly, pid, tags};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -261,8 +261,8 @@ async fn a_kind_one_provider_cannot_do_is_refused_before_anything_is_sent() {
     assert!(empty.to_string().contains("no providers"), "{empty}");
 }
 
-fn tight_server_limits() -> ServerLimits {
-    ServerLimits {
+fn tight_server_limits() -> PurgeLimits {
+    PurgeLimits {
         fastly_purges: (2_000.0, 2_000),
         fastly_non_read: (1.0, 10),
         cloudflare_purge: (20.0, 2),
@@ -270,7 +270,7 @@ fn tight_server_limits() -> ServerLimits {
     }
 }
 
-fn tight_members(server: &LimitedServer) -> Vec<FanoutMember> {
+fn tight_members(server: &PurgeApi) -> Vec<FanoutMember> {
     let f = fastly(&server.fastly_base(), fast(4))
         .with_limits(FastlyLimits::default().with_purges(RateLimit::new(2_000.0, 2_000)));
     let cf = cloudflare(
@@ -288,7 +288,9 @@ fn tight_members(server: &LimitedServer) -> Vec<FanoutMember> {
 
 #[tokio::test]
 async fn queued_purge_reports_progress_and_paces_to_the_slowest_provider_without_429s() {
-    let server = LimitedServer::start(tight_server_limits()).await;
+    let server = PurgeApi::start_limited(tight_server_limits())
+        .await
+        .unwrap();
     let fanout = PurgeFanout::new(tight_members(&server));
     let request = PurgeRequest::tags(tags(1_000));
     // Cloudflare is the ceiling: 10 chunks of 100, 2 at once then 20 a second.
@@ -333,7 +335,9 @@ async fn queued_purge_reports_progress_and_paces_to_the_slowest_provider_without
 async fn an_unpaced_burst_past_the_limit_is_answered_429_by_the_test_server() {
     // The loopback server really enforces the limits: a purger whose own budget is looser
     // than the server's meets 429s (and retries through them).
-    let server = LimitedServer::start(tight_server_limits()).await;
+    let server = PurgeApi::start_limited(tight_server_limits())
+        .await
+        .unwrap();
     let cf = cloudflare(
         &server.cloudflare_base(),
         CloudflareLimits::default().with_purge(RateLimit::new(1_000.0, 1_000)),

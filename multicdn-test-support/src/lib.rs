@@ -2,7 +2,9 @@
 //! one place, as strict as the vendors, so a test that passes here sends what the vendor
 //! would accept.
 //!
-//! - [`EdgeServer`]: a CDN edge fronting the site, switchable into an incident ([`EdgeMode`]).
+//! - [`EdgeServer`]: a CDN edge fronting the site, with the corner cases a probe must survive
+//!   (a marker past the read limit, a hang, a redirect, a host-gated object), every request
+//!   recorded, switchable into an incident ([`EdgeMode`]).
 //! - [`PurgeApi`]: Fastly's and Cloudflare's purge endpoints on one port. Every route checks
 //!   the method, the path, the auth header and the body's shape and limits, and answers a
 //!   malformed request as the vendor does (400 with its error envelope); tokens can be refused
@@ -19,6 +21,6 @@ mod ns1;
 mod purge;
 mod serve;
 
-pub use edge::{EdgeMode, EdgeServer};
+pub use edge::{EdgeMode, EdgeServer, MARKER, SITE, SeenRequest};
 pub use ns1::Ns1Api;
-pub use purge::{CLOUDFLARE_MAX_ITEMS, FASTLY_MAX_KEYS, Fault, PurgeApi};
+pub use purge::{CLOUDFLARE_MAX_ITEMS, FASTLY_MAX_KEYS, Fault, PurgeApi, PurgeLimits, PurgeStats};

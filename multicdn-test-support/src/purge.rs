@@ -11,11 +11,19 @@
 //! Any other method on these paths is a 405, any other path a 404. Fastly's errors are
 //! `{"msg": ..., "detail": ...}`; Cloudflare's are its envelope with `success: false` and
 //! `errors: [{code, message}]`.
+//!
+//! [`PurgeApi::start_limited`] also enforces the vendors' rate limits as token buckets
+//! ([`PurgeLimits`]: Fastly's purge and non-read budgets, Cloudflare's plan and global
+//! buckets) and answers 429 past them, with the wait in `Retry-After` (fractional seconds, to
+//! keep tests fast; the clients read both).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use multicdn_core::Stopwatch;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -46,12 +54,132 @@ pub enum Fault {
     RateLimited,
 }
 
+/// The rate limits [`PurgeApi::start_limited`] enforces: (tokens a second, bucket size).
+#[derive(Debug, Clone, Copy)]
+pub struct PurgeLimits {
+    /// Fastly purges, one token per key or URL.
+    pub fastly_purges: (f64, u32),
+    /// Fastly non-read requests (`purge_all`).
+    pub fastly_non_read: (f64, u32),
+    /// Cloudflare's plan bucket, one token a request.
+    pub cloudflare_purge: (f64, u32),
+    /// Cloudflare's global limit, one token a request.
+    pub cloudflare_global: (f64, u32),
+}
+
+impl PurgeLimits {
+    /// Fastly's documented hourly caps and Cloudflare Pro.
+    pub fn documented_pro() -> PurgeLimits {
+        PurgeLimits {
+            fastly_purges: (100_000.0 / 3600.0, 100_000),
+            fastly_non_read: (1_000.0 / 3600.0, 1_000),
+            cloudflare_purge: (5.0, 25),
+            cloudflare_global: (4.0, 1_200),
+        }
+    }
+}
+
+/// A token bucket: full at the start, refilling `per_second` up to `capacity`.
+#[derive(Debug)]
+struct Bucket {
+    per_second: f64,
+    capacity: f64,
+    tokens: f64,
+    last: Duration,
+}
+
+impl Bucket {
+    fn new((per_second, capacity): (f64, u32)) -> Bucket {
+        Bucket {
+            per_second,
+            capacity: f64::from(capacity),
+            tokens: f64::from(capacity),
+            last: Duration::ZERO,
+        }
+    }
+
+    /// Takes `cost` tokens at `now` if there are that many; otherwise the wait until there are.
+    fn take(&mut self, now: Duration, cost: f64) -> Result<(), Duration> {
+        let dt = now.saturating_sub(self.last).as_secs_f64();
+        self.tokens = (self.tokens + dt * self.per_second).min(self.capacity);
+        self.last = now;
+        // A microsecond of float slack: a token refilled exactly on time counts.
+        if self.tokens + 1e-6 >= cost {
+            self.tokens = (self.tokens - cost).max(0.0);
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(
+                (cost - self.tokens) / self.per_second.max(1e-9),
+            ))
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Buckets {
+    started: Stopwatch,
+    fastly_purges: Mutex<Bucket>,
+    fastly_non_read: Mutex<Bucket>,
+    cloudflare_purge: Mutex<Bucket>,
+    cloudflare_global: Mutex<Bucket>,
+}
+
+impl Buckets {
+    /// Takes `cost` from every bucket in `which`, or none: the longest wait otherwise.
+    fn take(&self, which: &[&Mutex<Bucket>], cost: f64) -> Result<(), Duration> {
+        let now = self.started.elapsed();
+        let mut guards: Vec<_> = which
+            .iter()
+            .map(|b| b.lock().unwrap_or_else(PoisonError::into_inner))
+            .collect();
+        let mut wait = Duration::ZERO;
+        for g in &mut guards {
+            // Probe without spending: refill, then check.
+            let mut probe = Bucket {
+                per_second: g.per_second,
+                capacity: g.capacity,
+                tokens: g.tokens,
+                last: g.last,
+            };
+            if let Err(w) = probe.take(now, cost) {
+                wait = wait.max(w);
+            }
+        }
+        if !wait.is_zero() {
+            return Err(wait);
+        }
+        for g in &mut guards {
+            let _ = g.take(now, cost);
+        }
+        Ok(())
+    }
+}
+
+/// Requests answered, per vendor and outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgeStats {
+    /// Fastly purges acknowledged.
+    pub fastly_ok: u64,
+    /// Fastly 429s.
+    pub fastly_429: u64,
+    /// Fastly keys and URLs purged.
+    pub fastly_items: u64,
+    /// Cloudflare purges acknowledged.
+    pub cloudflare_ok: u64,
+    /// Cloudflare 429s.
+    pub cloudflare_429: u64,
+    /// Cloudflare items purged.
+    pub cloudflare_items: u64,
+}
+
 #[derive(Debug, Default)]
 struct PurgeState {
     faults: Mutex<BTreeMap<&'static str, Fault>>,
     purged: Mutex<Vec<(String, Vec<String>)>>,
     refused: Mutex<Vec<(String, String)>>,
     ids: AtomicU64,
+    limits: Option<Buckets>,
+    stats: Mutex<PurgeStats>,
 }
 
 /// Emulated Fastly and Cloudflare purge APIs on 127.0.0.1.
@@ -66,7 +194,26 @@ impl PurgeApi {
     /// Starts both vendors' purge endpoints on one port: Fastly at `/fastly`, Cloudflare at
     /// `/cloudflare/client/v4`.
     pub async fn start() -> std::io::Result<PurgeApi> {
-        let state = Arc::new(PurgeState::default());
+        PurgeApi::serve(PurgeState::default()).await
+    }
+
+    /// Starts both vendors' endpoints enforcing `limits` (429 past them).
+    pub async fn start_limited(limits: PurgeLimits) -> std::io::Result<PurgeApi> {
+        PurgeApi::serve(PurgeState {
+            limits: Some(Buckets {
+                started: Stopwatch::start(),
+                fastly_purges: Mutex::new(Bucket::new(limits.fastly_purges)),
+                fastly_non_read: Mutex::new(Bucket::new(limits.fastly_non_read)),
+                cloudflare_purge: Mutex::new(Bucket::new(limits.cloudflare_purge)),
+                cloudflare_global: Mutex::new(Bucket::new(limits.cloudflare_global)),
+            }),
+            ..PurgeState::default()
+        })
+        .await
+    }
+
+    async fn serve(state: PurgeState) -> std::io::Result<PurgeApi> {
+        let state = Arc::new(state);
         let app = Router::new()
             .route("/fastly/service/{sid}/purge", post(fastly_batch))
             .route("/fastly/service/{sid}/purge/{key}", post(fastly_key))
@@ -123,6 +270,21 @@ impl PurgeApi {
             .clone()
     }
 
+    /// Requests answered so far, per vendor and outcome.
+    pub fn stats(&self) -> PurgeStats {
+        *self
+            .state
+            .stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// 429s answered, both vendors.
+    pub fn too_many(&self) -> u64 {
+        let s = self.stats();
+        s.fastly_429 + s.cloudflare_429
+    }
+
     /// Every request answered 400: (vendor, why).
     pub fn malformed(&self) -> Vec<(String, String)> {
         self.state
@@ -144,12 +306,60 @@ impl PurgeState {
     }
 
     fn record(&self, vendor: &str, items: Vec<String>) -> String {
+        {
+            let mut st = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = items.len() as u64;
+            if vendor == "fastly" {
+                st.fastly_items += n;
+            } else {
+                st.cloudflare_items += n;
+            }
+        }
         self.purged
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push((vendor.to_owned(), items));
         let n = self.ids.fetch_add(1, Ordering::Relaxed);
         format!("{}-1455557446-{n}", 108_340 + n)
+    }
+
+    /// One acknowledged request.
+    fn acknowledged(&self, vendor: &str) {
+        let mut st = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        if vendor == "fastly" {
+            st.fastly_ok += 1;
+        } else {
+            st.cloudflare_ok += 1;
+        }
+    }
+
+    /// Spends `cost` from `vendor`'s buckets for a request of kind `all` (purge everything),
+    /// or answers the 429.
+    fn limited(&self, vendor: &str, all: bool, cost: f64) -> Option<Response> {
+        let b = self.limits.as_ref()?;
+        let which: Vec<&Mutex<Bucket>> = match (vendor, all) {
+            ("fastly", true) => vec![&b.fastly_non_read],
+            ("fastly", false) => vec![&b.fastly_purges],
+            _ => vec![&b.cloudflare_global, &b.cloudflare_purge],
+        };
+        let wait = b.take(&which, cost).err()?;
+        let retry = format!("{:.3}", wait.as_secs_f64());
+        let mut st = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+        let body = if vendor == "fastly" {
+            st.fastly_429 += 1;
+            json!({"msg": "Too many requests", "detail": "rate limit"})
+        } else {
+            st.cloudflare_429 += 1;
+            json!({"success": false, "errors": [{"code": 971, "message": "Please wait and consider throttling your request speed"}], "messages": [], "result": null})
+        };
+        Some(
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [("retry-after", retry)],
+                axum::Json(body),
+            )
+                .into_response(),
+        )
     }
 
     fn malformed(&self, vendor: &str, why: &str) {
@@ -282,6 +492,10 @@ async fn fastly_batch(
     if keys.len() > FASTLY_MAX_KEYS {
         return s.fastly_bad("at most 256 surrogate keys a request");
     }
+    if let Some(r) = s.limited("fastly", false, keys.len() as f64) {
+        return r;
+    }
+    s.acknowledged("fastly");
     let mut out = serde_json::Map::new();
     for k in &keys {
         out.insert(
@@ -300,6 +514,10 @@ async fn fastly_key(
     if let Some(refusal) = s.fastly_gate(&headers) {
         return refusal;
     }
+    if let Some(r) = s.limited("fastly", false, 1.0) {
+        return r;
+    }
+    s.acknowledged("fastly");
     let id = s.record("fastly", vec![key]);
     axum::Json(json!({"status": "ok", "id": id})).into_response()
 }
@@ -313,6 +531,10 @@ async fn fastly_url(State(s): State<Arc<PurgeState>>, Path(url): Path<String>) -
     if url.starts_with("http:") || url.starts_with("https:") || !url.contains('/') {
         return s.fastly_bad("the path is /purge/{host}/{path}, without a scheme");
     }
+    if let Some(r) = s.limited("fastly", false, 1.0) {
+        return r;
+    }
+    s.acknowledged("fastly");
     let id = s.record("fastly", vec![url]);
     axum::Json(json!({"status": "ok", "id": id})).into_response()
 }
@@ -324,6 +546,10 @@ async fn fastly_all(State(s): State<Arc<PurgeState>>, headers: HeaderMap) -> Res
     if soft(&headers) {
         return s.fastly_bad("purge_all cannot be soft");
     }
+    if let Some(r) = s.limited("fastly", true, 1.0) {
+        return r;
+    }
+    s.acknowledged("fastly");
     s.record("fastly", vec!["*".into()]);
     axum::Json(json!({"status": "ok"})).into_response()
 }
@@ -379,8 +605,13 @@ async fn cloudflare_purge(
         return bad("no items given");
     }
     if items.len() > CLOUDFLARE_MAX_ITEMS {
-        return bad("at most 100 items a request");
+        s.malformed("cloudflare", "at most 100 items a request");
+        return cloudflare_error(StatusCode::BAD_REQUEST, 1134, "at most 100 items a request");
     }
+    if let Some(r) = s.limited("cloudflare", false, 1.0) {
+        return r;
+    }
+    s.acknowledged("cloudflare");
     let id = s.record("cloudflare", items);
     axum::Json(json!({
         "success": true, "errors": [], "messages": [], "result": {"id": id}

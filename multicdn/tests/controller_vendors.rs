@@ -160,7 +160,7 @@ async fn an_edge_that_fails_its_probes_is_demoted_in_steps_on_dns_and_for_player
     let rounds = l.controller.rounds().await;
     assert_eq!(rounds[2].out[&p("fastly")][0].kind(), "quorum_down");
     assert!(
-        l.fastly_edge.requests() >= 10,
+        l.fastly_edge.request_count() >= 10,
         "every runner probed the edge"
     );
 }

@@ -7,6 +7,5 @@
     clippy::panic
 )]
 
-pub mod limited;
 pub mod logs;
 pub mod vendors;
