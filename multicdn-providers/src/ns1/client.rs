@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::monitor::{MONITORING_SOURCE_TYPE, MonitorSpec};
 use super::record::Ns1Record;
 use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp, secret_header, with_retry_advice};
 
@@ -47,6 +48,8 @@ struct WithId {
     name: Option<String>,
     #[serde(default)]
     config: Option<Value>,
+    #[serde(default)]
+    sourcetype: Option<String>,
 }
 
 /// A wait NS1's rate-limit headers imply when a `429` carries no `Retry-After`: the time one
@@ -195,18 +198,125 @@ impl Ns1Client {
 
     /// The data source named `name` (type `nsone_v1`), made if missing; returns its id.
     pub async fn ensure_source(&self, name: &str) -> Result<String, Error> {
+        self.ensure_source_of_type(name, "nsone_v1").await
+    }
+
+    /// The data source named `name` of type `sourcetype`, made if missing; returns its id. A
+    /// source of that name but another type is not reused.
+    async fn ensure_source_of_type(&self, name: &str, sourcetype: &str) -> Result<String, Error> {
         let sources: Vec<WithId> = self.must(Method::GET, "/data/sources", None).await?;
-        if let Some(s) = sources
-            .into_iter()
-            .find(|s| s.name.as_deref() == Some(name))
-        {
+        if let Some(s) = sources.into_iter().find(|s| {
+            s.name.as_deref() == Some(name)
+                && s.sourcetype.as_deref().is_none_or(|t| t == sourcetype)
+        }) {
             return Ok(s.id);
         }
         let made: WithId = self
             .must(
                 Method::PUT,
                 "/data/sources",
-                Some(json!({"name": name, "sourcetype": "nsone_v1"})),
+                Some(json!({"name": name, "sourcetype": sourcetype})),
+            )
+            .await?;
+        Ok(made.id)
+    }
+
+    /// Makes (or finds) what drives answers from monitors: a data source `source_name` of type
+    /// `nsone_monitoring`, a notify list of the same name with one `datafeed` notifier for it,
+    /// one `http` monitoring job per spec notifying that list (a job found by name with other
+    /// settings is updated), and one feed per job. Returns the source id and each provider's
+    /// feed id.
+    pub async fn ensure_monitors(
+        &self,
+        source_name: &str,
+        specs: &[MonitorSpec],
+    ) -> Result<(String, BTreeMap<ProviderId, String>), Error> {
+        let source = self
+            .ensure_source_of_type(source_name, MONITORING_SOURCE_TYPE)
+            .await?;
+        let list = self.ensure_notify_list(source_name, &source).await?;
+        let jobs: Vec<Value> = self.must(Method::GET, "/monitoring/jobs", None).await?;
+        let mut job_ids = BTreeMap::new();
+        for spec in specs {
+            let body = spec.body(&list);
+            let found = jobs
+                .iter()
+                .find(|j| j.get("name").and_then(Value::as_str) == Some(spec.name.as_str()));
+            let id = match found.and_then(|j| Some((j, j.get("id")?.as_str()?.to_owned()))) {
+                Some((job, id)) if spec.matches(job, &list) => id,
+                Some((_, id)) => {
+                    let _: Value = self
+                        .must(Method::POST, &format!("/monitoring/jobs/{id}"), Some(body))
+                        .await?;
+                    id
+                }
+                None => {
+                    let made: WithId = self
+                        .must(Method::PUT, "/monitoring/jobs", Some(body))
+                        .await?;
+                    made.id
+                }
+            };
+            job_ids.insert(spec.provider.clone(), id);
+        }
+        let feeds: Vec<WithId> = self
+            .must(Method::GET, &format!("/data/feeds/{source}"), None)
+            .await?;
+        let job_of = |f: &WithId| -> Option<String> {
+            f.config.as_ref()?.get("jobid")?.as_str().map(str::to_owned)
+        };
+        let mut out = BTreeMap::new();
+        for (provider, job) in job_ids {
+            let id = match feeds
+                .iter()
+                .find(|f| job_of(f).as_deref() == Some(job.as_str()))
+            {
+                Some(f) => f.id.clone(),
+                None => {
+                    let made: WithId = self
+                        .must(
+                            Method::PUT,
+                            &format!("/data/feeds/{source}"),
+                            Some(json!({"name": format!("multicdn {provider} monitor"), "config": {"jobid": job}})),
+                        )
+                        .await?;
+                    made.id
+                }
+            };
+            out.insert(provider, id);
+        }
+        Ok((source, out))
+    }
+
+    /// The notify list `name` with one `datafeed` notifier for `source_id`, made if missing.
+    async fn ensure_notify_list(&self, name: &str, source_id: &str) -> Result<String, Error> {
+        let lists: Vec<Value> = self.must(Method::GET, "/lists", None).await?;
+        let feeds_source = |l: &Value| {
+            l.get("notify_list")
+                .and_then(Value::as_array)
+                .is_some_and(|n| {
+                    n.iter().any(|n| {
+                        n.get("type").and_then(Value::as_str) == Some("datafeed")
+                            && n.pointer("/config/sourceid").and_then(Value::as_str)
+                                == Some(source_id)
+                    })
+                })
+        };
+        if let Some(id) = lists
+            .iter()
+            .find(|l| l.get("name").and_then(Value::as_str) == Some(name) && feeds_source(l))
+            .and_then(|l| l.get("id")?.as_str())
+        {
+            return Ok(id.to_owned());
+        }
+        let made: WithId = self
+            .must(
+                Method::PUT,
+                "/lists",
+                Some(json!({
+                    "name": name,
+                    "notify_list": [{"type": "datafeed", "config": {"sourceid": source_id}}],
+                })),
             )
             .await?;
         Ok(made.id)

@@ -10,6 +10,7 @@ use multicdn_core::{
 };
 
 use super::client::{Ns1Client, provider_id};
+use super::monitor::{MonitorSpec, monitor_regions};
 use super::record::{Ns1Record, RecordInputs, build_record, read_state};
 
 /// A dry run: the cohorts whose weights change (before and after), and whether the record
@@ -125,6 +126,33 @@ impl Ns1Steerer {
         let source = self.client.ensure_source(source_name).await?;
         let providers: Vec<ProviderId> = self.inputs.edges.keys().cloned().collect();
         let feeds = self.client.ensure_feeds(&source, &providers).await?;
+        self.source_id = Some(source);
+        self.inputs.feeds = feeds.clone();
+        Ok(feeds)
+    }
+
+    /// Makes (or finds) one `http` monitoring job per provider from the policy's health
+    /// section, with the notify list, `nsone_monitoring` data source `source_name` and feeds
+    /// that carry their verdicts, and drives each provider's live answers' `up` from its
+    /// job's feed. Returns the feed ids.
+    pub async fn provision_monitors(
+        &mut self,
+        policy: &Policy,
+        source_name: &str,
+    ) -> Result<BTreeMap<ProviderId, String>, Error> {
+        let invalid = |message: String| Error::InvalidRequest {
+            provider: provider_id(),
+            message,
+        };
+        let regions = monitor_regions(&policy.health).map_err(invalid)?;
+        let specs = self
+            .inputs
+            .edges
+            .iter()
+            .map(|(p, edge)| MonitorSpec::new(p.clone(), edge, &policy.health, regions.clone()))
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(invalid)?;
+        let (source, feeds) = self.client.ensure_monitors(source_name, &specs).await?;
         self.source_id = Some(source);
         self.inputs.feeds = feeds.clone();
         Ok(feeds)
