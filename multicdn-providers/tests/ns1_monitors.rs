@@ -279,6 +279,12 @@ async fn provisioning_again_writes_nothing_and_an_edited_job_is_put_back() {
     )
     .await;
     let mut steerer = steerer(&server);
+    // A dry run's lookup sees the edited job as not in place, and writes nothing.
+    assert_eq!(
+        steerer.find_monitors(&policy(), SOURCE_NAME).await.unwrap(),
+        None
+    );
+    assert!(writes(&server).await.is_empty());
     let feeds = steerer
         .provision_monitors(&policy(), SOURCE_NAME)
         .await
@@ -289,4 +295,54 @@ async fn provisioning_again_writes_nothing_and_an_edited_job_is_put_back() {
         writes(&server).await,
         [("POST".to_owned(), "/v1/monitoring/jobs/job-c".to_owned())]
     );
+}
+
+#[tokio::test]
+async fn a_lookup_finds_monitors_in_place_without_writing() {
+    let server = MockServer::start().await;
+    get(
+        &server,
+        "/v1/data/sources",
+        json!([{"id": "src-m", "name": SOURCE_NAME, "sourcetype": "nsone_monitoring"}]),
+    )
+    .await;
+    get(
+        &server,
+        "/v1/lists",
+        json!([{"id": "nl-1", "name": SOURCE_NAME, "notify_list": [{"type": "datafeed", "config": {"sourceid": "src-m"}}]}]),
+    )
+    .await;
+    get(
+        &server,
+        "/v1/monitoring/jobs",
+        json!([
+            listed(job("fastly", "example.map.fastly.net"), "job-f"),
+            listed(job("cloudflare", "example.cdn.cloudflare.net"), "job-c"),
+        ]),
+    )
+    .await;
+    get(
+        &server,
+        "/v1/data/feeds/src-m",
+        json!([
+            {"id": "feed-f", "config": {"jobid": "job-f"}},
+            {"id": "feed-c", "config": {"jobid": "job-c"}},
+        ]),
+    )
+    .await;
+    let mut steerer = steerer(&server);
+    let found = steerer
+        .find_monitors(&policy(), SOURCE_NAME)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        found,
+        [
+            (p("cloudflare"), "feed-c".to_owned()),
+            (p("fastly"), "feed-f".to_owned())
+        ]
+        .into()
+    );
+    assert!(writes(&server).await.is_empty());
 }

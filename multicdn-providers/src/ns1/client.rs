@@ -52,6 +52,14 @@ struct WithId {
     sourcetype: Option<String>,
 }
 
+/// The job named as `spec` names its job, with its id.
+fn find_job<'a>(jobs: &'a [Value], spec: &MonitorSpec) -> Option<(&'a Value, String)> {
+    let job = jobs
+        .iter()
+        .find(|j| j.get("name").and_then(Value::as_str) == Some(spec.name.as_str()))?;
+    Some((job, job.get("id")?.as_str()?.to_owned()))
+}
+
 /// A wait NS1's rate-limit headers imply when a `429` carries no `Retry-After`: the time one
 /// request's token takes to refill (`X-RateLimit-Period` / `X-RateLimit-Limit` seconds).
 pub fn rate_limit_wait(headers: &http::HeaderMap) -> Option<Duration> {
@@ -201,15 +209,23 @@ impl Ns1Client {
         self.ensure_source_of_type(name, "nsone_v1").await
     }
 
-    /// The data source named `name` of type `sourcetype`, made if missing; returns its id. A
-    /// source of that name but another type is not reused.
-    async fn ensure_source_of_type(&self, name: &str, sourcetype: &str) -> Result<String, Error> {
+    /// The id of the data source named `name` of type `sourcetype`, if there is one (a
+    /// source of that name but another type does not count).
+    async fn find_source(&self, name: &str, sourcetype: &str) -> Result<Option<String>, Error> {
         let sources: Vec<WithId> = self.must(Method::GET, "/data/sources", None).await?;
-        if let Some(s) = sources.into_iter().find(|s| {
-            s.name.as_deref() == Some(name)
-                && s.sourcetype.as_deref().is_none_or(|t| t == sourcetype)
-        }) {
-            return Ok(s.id);
+        Ok(sources
+            .into_iter()
+            .find(|s| {
+                s.name.as_deref() == Some(name)
+                    && s.sourcetype.as_deref().is_none_or(|t| t == sourcetype)
+            })
+            .map(|s| s.id))
+    }
+
+    /// The data source named `name` of type `sourcetype`, made if missing; returns its id.
+    async fn ensure_source_of_type(&self, name: &str, sourcetype: &str) -> Result<String, Error> {
+        if let Some(id) = self.find_source(name, sourcetype).await? {
+            return Ok(id);
         }
         let made: WithId = self
             .must(
@@ -219,6 +235,38 @@ impl Ns1Client {
             )
             .await?;
         Ok(made.id)
+    }
+
+    /// Looks up, writing nothing, what [`Ns1Client::ensure_monitors`] makes: the source id and
+    /// each provider's feed id when the source, the notify list, every job (as the spec says)
+    /// and every feed exist; `None` when anything is missing or differs (an apply would write).
+    pub async fn find_monitors(
+        &self,
+        source_name: &str,
+        specs: &[MonitorSpec],
+    ) -> Result<Option<(String, BTreeMap<ProviderId, String>)>, Error> {
+        let Some(source) = self
+            .find_source(source_name, MONITORING_SOURCE_TYPE)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let Some(list) = self.find_notify_list(source_name, &source).await? else {
+            return Ok(None);
+        };
+        let jobs: Vec<Value> = self.must(Method::GET, "/monitoring/jobs", None).await?;
+        let feeds = self.monitor_feeds(&source).await?;
+        let mut out = BTreeMap::new();
+        for spec in specs {
+            let Some((job, id)) = find_job(&jobs, spec) else {
+                return Ok(None);
+            };
+            let Some(feed) = feeds.get(&id).filter(|_| spec.matches(job, &list)) else {
+                return Ok(None);
+            };
+            out.insert(spec.provider.clone(), feed.clone());
+        }
+        Ok(Some((source, out)))
     }
 
     /// Makes (or finds) what drives answers from monitors: a data source `source_name` of type
@@ -234,15 +282,27 @@ impl Ns1Client {
         let source = self
             .ensure_source_of_type(source_name, MONITORING_SOURCE_TYPE)
             .await?;
-        let list = self.ensure_notify_list(source_name, &source).await?;
+        let list = match self.find_notify_list(source_name, &source).await? {
+            Some(id) => id,
+            None => {
+                let made: WithId = self
+                    .must(
+                        Method::PUT,
+                        "/lists",
+                        Some(json!({
+                            "name": source_name,
+                            "notify_list": [{"type": "datafeed", "config": {"sourceid": source}}],
+                        })),
+                    )
+                    .await?;
+                made.id
+            }
+        };
         let jobs: Vec<Value> = self.must(Method::GET, "/monitoring/jobs", None).await?;
         let mut job_ids = BTreeMap::new();
         for spec in specs {
             let body = spec.body(&list);
-            let found = jobs
-                .iter()
-                .find(|j| j.get("name").and_then(Value::as_str) == Some(spec.name.as_str()));
-            let id = match found.and_then(|j| Some((j, j.get("id")?.as_str()?.to_owned()))) {
+            let id = match find_job(&jobs, spec) {
                 Some((job, id)) if spec.matches(job, &list) => id,
                 Some((_, id)) => {
                     let _: Value = self
@@ -259,19 +319,11 @@ impl Ns1Client {
             };
             job_ids.insert(spec.provider.clone(), id);
         }
-        let feeds: Vec<WithId> = self
-            .must(Method::GET, &format!("/data/feeds/{source}"), None)
-            .await?;
-        let job_of = |f: &WithId| -> Option<String> {
-            f.config.as_ref()?.get("jobid")?.as_str().map(str::to_owned)
-        };
+        let feeds = self.monitor_feeds(&source).await?;
         let mut out = BTreeMap::new();
         for (provider, job) in job_ids {
-            let id = match feeds
-                .iter()
-                .find(|f| job_of(f).as_deref() == Some(job.as_str()))
-            {
-                Some(f) => f.id.clone(),
+            let id = match feeds.get(&job) {
+                Some(f) => f.clone(),
                 None => {
                     let made: WithId = self
                         .must(
@@ -288,8 +340,22 @@ impl Ns1Client {
         Ok((source, out))
     }
 
-    /// The notify list `name` with one `datafeed` notifier for `source_id`, made if missing.
-    async fn ensure_notify_list(&self, name: &str, source_id: &str) -> Result<String, Error> {
+    /// The feeds on `source_id` by the job they follow (`config.jobid`).
+    async fn monitor_feeds(&self, source_id: &str) -> Result<BTreeMap<String, String>, Error> {
+        let feeds: Vec<WithId> = self
+            .must(Method::GET, &format!("/data/feeds/{source_id}"), None)
+            .await?;
+        Ok(feeds
+            .into_iter()
+            .filter_map(|f| {
+                let job = f.config.as_ref()?.get("jobid")?.as_str()?.to_owned();
+                Some((job, f.id))
+            })
+            .collect())
+    }
+
+    /// The notify list `name` holding a `datafeed` notifier for `source_id`, if there is one.
+    async fn find_notify_list(&self, name: &str, source_id: &str) -> Result<Option<String>, Error> {
         let lists: Vec<Value> = self.must(Method::GET, "/lists", None).await?;
         let feeds_source = |l: &Value| {
             l.get("notify_list")
@@ -302,24 +368,11 @@ impl Ns1Client {
                     })
                 })
         };
-        if let Some(id) = lists
+        Ok(lists
             .iter()
             .find(|l| l.get("name").and_then(Value::as_str) == Some(name) && feeds_source(l))
             .and_then(|l| l.get("id")?.as_str())
-        {
-            return Ok(id.to_owned());
-        }
-        let made: WithId = self
-            .must(
-                Method::PUT,
-                "/lists",
-                Some(json!({
-                    "name": name,
-                    "notify_list": [{"type": "datafeed", "config": {"sourceid": source_id}}],
-                })),
-            )
-            .await?;
-        Ok(made.id)
+            .map(str::to_owned))
     }
 
     /// One feed per provider on `source_id`, labelled with the provider's id, made if
