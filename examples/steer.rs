@@ -19,10 +19,12 @@
 //!   carrying its provider's check), or the NS1 record (region groups, answers, filter chain)
 //!   as JSON.
 //! - `diff` reads what is in force and prints the dry run: each Route 53 health check found,
-//!   missing or edited by hand, then every set (Route 53) or cohort (NS1) that would change,
+//!   missing or edited by hand (NS1: whether the monitors are in place), then every set (Route 53) or cohort (NS1) that would change,
 //!   with its weight before and after. It sends nothing that writes.
 //! - `apply` writes it: on Route 53 it first provisions the health checks (reusing those that
-//!   exist, putting back any edited by hand), then writes the sets carrying them. Over a
+//!   exist, putting back any edited by hand), then writes the sets carrying them; on NS1 it
+//!   first provisions one `http` monitoring job per provider (with the notify list, data
+//!   source and feeds that carry its verdicts) and writes answers whose `up` follows them. Over a
 //!   deployment of the older layout (geolocation CNAMEs chained to the pools) every set
 //!   changes, so that first apply needs `--force`. A change touching more of the record than the policy's
 //!   `guardrails.max_touched_per_apply` is refused unless `--force`; `--wait` waits until the
@@ -403,17 +405,46 @@ async fn ns1(
     let endpoint = args.endpoint.as_deref().unwrap_or(ns1::DEFAULT_BASE);
     let settings = HttpSettings::default().with_request_timeout(args.timeout);
     let client = Ns1Client::from_env(endpoint, "NS1_API_KEY", settings).map_err(vendor_error)?;
-    let steerer = Ns1Steerer::from_policy(client, policy);
+    let mut steerer = Ns1Steerer::from_policy(client, policy);
+    let monitors = format!("multicdn {}", policy.steering.record);
     match action {
         Action::Diff => {
+            let found = steerer
+                .find_monitors(policy, &monitors)
+                .await
+                .map_err(vendor_error)?;
+            match &found {
+                Some(feeds) => common::out!(
+                    "monitors in place ({monitors}): {}",
+                    feeds
+                        .iter()
+                        .map(|(p, f)| format!("{p} feed {f}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => common::out!(
+                    "monitors ({monitors}) missing or not as the policy's health section says: apply makes them and drives the answers' up from them"
+                ),
+            }
             let diff = steerer.dry_run(plan).await.map_err(vendor_error)?;
             common::out_part!("{diff}");
-            Ok(if diff.is_empty() { OK } else { FINDING })
+            Ok(if diff.is_empty() && found.is_some() {
+                OK
+            } else {
+                FINDING
+            })
         }
         _ => {
             let options = ApplyOptions::default()
                 .force(args.force)
                 .wait_for_sync(args.wait);
+            let feeds = steerer
+                .provision_monitors(policy, &monitors)
+                .await
+                .map_err(vendor_error)?;
+            for (provider, feed) in &feeds {
+                common::out!("monitor for {provider}: feed {feed}");
+            }
             let preview = steerer.dry_run(plan).await.map_err(vendor_error)?;
             if preview.is_empty() {
                 common::out!("nothing to change: NS1 already answers as the plan says");
