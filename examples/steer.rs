@@ -13,12 +13,20 @@
 //! written; pins and RUM moves are the engine's business, not this tool's), the same plan the
 //! deadman falls back to.
 //!
-//! - `plan` prints what would be written, without asking the vendor anything: the Route 53
-//!   record sets (geolocation answers pointing at per-cohort pools of weighted CNAMEs), or the
-//!   NS1 record (region groups, answers, filter chain) as JSON.
-//! - `diff` reads what is in force and prints the dry run: every set (Route 53) or cohort
-//!   (NS1) that would change, with its weight before and after. It sends nothing that writes.
-//! - `apply` writes it. A change touching more of the record than the policy's
+//! - `plan` prints what would be written, without asking the vendor anything: for Route 53 the
+//!   health checks (one `HTTPS_STR_MATCH` per provider from the policy's health section) and
+//!   the record sets (geolocation aliases pointing at per-cohort pools of weighted CNAMEs, each
+//!   carrying its provider's check), or the NS1 record (region groups, answers, filter chain)
+//!   as JSON.
+//! - `diff` reads what is in force and prints the dry run: each Route 53 health check found,
+//!   missing or edited by hand (NS1: whether the monitors are in place), then every set (Route 53) or cohort (NS1) that would change,
+//!   with its weight before and after. It sends nothing that writes.
+//! - `apply` writes it: on Route 53 it first provisions the health checks (reusing those that
+//!   exist, putting back any edited by hand), then writes the sets carrying them; on NS1 it
+//!   first provisions one `http` monitoring job per provider (with the notify list, data
+//!   source and feeds that carry its verdicts) and writes answers whose `up` follows them. Over a
+//!   deployment of the older layout (geolocation CNAMEs chained to the pools) every set
+//!   changes, so that first apply needs `--force`. A change touching more of the record than the policy's
 //!   `guardrails.max_touched_per_apply` is refused unless `--force`; `--wait` waits until the
 //!   vendor reports the change live (Route 53 `INSYNC`).
 //!
@@ -47,9 +55,10 @@ use multicdn_core::{ApplyOptions, ProviderId, Steerer, SteeringPlan};
 use multicdn_providers::http::HttpSettings;
 use multicdn_providers::ns1::record::{RecordInputs, build_record};
 use multicdn_providers::ns1::{self, Ns1Client, Ns1Steerer};
+use multicdn_providers::route53::health::policy_checks;
 use multicdn_providers::route53::layout::{LayoutInputs, desired_sets};
 use multicdn_providers::route53::{
-    self, AwsCredentials, GeoLocation, RecordSet, Route53Client, Route53Steerer,
+    self, AwsCredentials, GeoLocation, HealthCheckSpec, RecordSet, Route53Client, Route53Steerer,
 };
 
 /// Plan, diff and apply the policy's static steering weights in Route 53 or NS1.
@@ -182,11 +191,49 @@ fn describe_set(s: &RecordSet) -> String {
     if let Some(ttl) = s.ttl {
         line.push_str(&format!(" ttl {ttl}"));
     }
-    line.push_str(&format!(" -> {}", s.values.join(", ")));
+    match &s.alias {
+        Some(a) => line.push_str(&format!(
+            " alias -> {}{}",
+            a.dns_name,
+            if a.evaluate_target_health {
+                " (evaluate target health)"
+            } else {
+                ""
+            }
+        )),
+        None => line.push_str(&format!(" -> {}", s.values.join(", "))),
+    }
     if let Some(hc) = &s.health_check_id {
         line.push_str(&format!(" (health check {hc})"));
     }
     line
+}
+
+/// `fastly: HTTPS_STR_MATCH example.map.fastly.net:443/_health/v3.txt contains "healthy-v3",
+/// every 30s, down after 2, from eu-west-1, us-east-1, ... [multicdn-…]`.
+fn describe_check(spec: &HealthCheckSpec) -> String {
+    format!(
+        "{}: {} {}:{}{} contains {:?}, every {}s, down after {}, from {} [{}]",
+        spec.provider,
+        spec.check_type.as_str(),
+        spec.fqdn,
+        spec.port,
+        spec.resource_path,
+        spec.search_string,
+        spec.request_interval,
+        spec.failure_threshold,
+        spec.regions.join(", "),
+        spec.caller_reference()
+    )
+}
+
+fn health_specs(policy: &Policy, args: &Common) -> Result<Vec<HealthCheckSpec>, Fail> {
+    policy_checks(policy, None).map_err(|e| {
+        Fail::error(format!(
+            "error: {}: Route 53 cannot check the policy's health object: {e}",
+            args.policy.display()
+        ))
+    })
 }
 
 async fn route53(
@@ -196,8 +243,14 @@ async fn route53(
     plan: &SteeringPlan,
 ) -> Result<u8, Fail> {
     if action == Action::Plan {
+        let specs = health_specs(policy, args)?;
         let inputs = LayoutInputs {
             zone: policy.steering.zone.clone(),
+            zone_id: args
+                .zone_id
+                .as_deref()
+                .map(|z| route53::bare_zone_id(z).to_owned())
+                .unwrap_or_default(),
             edges: edges(policy),
             health_checks: BTreeMap::new(),
         };
@@ -207,9 +260,29 @@ async fn route53(
                 args.policy.display()
             ))
         })?;
+        common::out!(
+            "{} health checks (made on apply unless they exist):",
+            specs.len()
+        );
+        for spec in &specs {
+            common::out!("  {}", describe_check(spec));
+        }
         common::out!("{} record sets:", sets.len());
+        let provider_of = |s: &RecordSet| {
+            let value = s.values.first()?;
+            policy
+                .providers
+                .iter()
+                .find(|(_, spec)| spec.edge_host.eq_ignore_ascii_case(value))
+                .map(|(id, _)| id.clone())
+        };
         for s in &sets {
-            common::out!("  {}", describe_set(s));
+            match provider_of(s) {
+                Some(p) if s.weight.is_some() => {
+                    common::out!("  {} (health check: {p}'s)", describe_set(s))
+                }
+                _ => common::out!("  {}", describe_set(s)),
+            }
         }
         return Ok(OK);
     }
@@ -237,14 +310,48 @@ async fn route53(
             ));
         }
     };
-    let steerer = Route53Steerer::from_policy(client, &zone_id, policy);
+    let mut steerer = Route53Steerer::from_policy(client, &zone_id, policy);
     match action {
         Action::Diff => {
+            let found = steerer
+                .find_health_checks(policy, None)
+                .await
+                .map_err(vendor_error)?;
+            let mut checks_differ = false;
+            for f in &found {
+                let state = match (&f.id, f.differences.is_empty()) {
+                    (Some(id), true) => format!("exists, {id}"),
+                    (Some(id), false) => {
+                        checks_differ = true;
+                        format!(
+                            "{id} edited since it was made ({}); apply puts it back",
+                            f.differences.join("; ")
+                        )
+                    }
+                    (None, _) => {
+                        checks_differ = true;
+                        "missing; apply creates it and attaches it to the provider's weighted sets"
+                            .to_owned()
+                    }
+                };
+                common::out!("health check {}: {state}", describe_check(&f.spec));
+            }
             let diff = steerer.dry_run(plan).await.map_err(vendor_error)?;
             common::out_part!("{diff}");
-            Ok(if diff.is_empty() { OK } else { FINDING })
+            Ok(if diff.is_empty() && !checks_differ {
+                OK
+            } else {
+                FINDING
+            })
         }
         _ => {
+            let checks = steerer
+                .provision_health_checks(policy, None)
+                .await
+                .map_err(vendor_error)?;
+            for (provider, id) in &checks {
+                common::out!("health check for {provider}: {id}");
+            }
             let options = ApplyOptions::default()
                 .force(args.force)
                 .wait_for_sync(args.wait);
@@ -298,17 +405,46 @@ async fn ns1(
     let endpoint = args.endpoint.as_deref().unwrap_or(ns1::DEFAULT_BASE);
     let settings = HttpSettings::default().with_request_timeout(args.timeout);
     let client = Ns1Client::from_env(endpoint, "NS1_API_KEY", settings).map_err(vendor_error)?;
-    let steerer = Ns1Steerer::from_policy(client, policy);
+    let mut steerer = Ns1Steerer::from_policy(client, policy);
+    let monitors = format!("multicdn {}", policy.steering.record);
     match action {
         Action::Diff => {
+            let found = steerer
+                .find_monitors(policy, &monitors)
+                .await
+                .map_err(vendor_error)?;
+            match &found {
+                Some(feeds) => common::out!(
+                    "monitors in place ({monitors}): {}",
+                    feeds
+                        .iter()
+                        .map(|(p, f)| format!("{p} feed {f}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => common::out!(
+                    "monitors ({monitors}) missing or not as the policy's health section says: apply makes them and drives the answers' up from them"
+                ),
+            }
             let diff = steerer.dry_run(plan).await.map_err(vendor_error)?;
             common::out_part!("{diff}");
-            Ok(if diff.is_empty() { OK } else { FINDING })
+            Ok(if diff.is_empty() && found.is_some() {
+                OK
+            } else {
+                FINDING
+            })
         }
         _ => {
             let options = ApplyOptions::default()
                 .force(args.force)
                 .wait_for_sync(args.wait);
+            let feeds = steerer
+                .provision_monitors(policy, &monitors)
+                .await
+                .map_err(vendor_error)?;
+            for (provider, feed) in &feeds {
+                common::out!("monitor for {provider}: feed {feed}");
+            }
             let preview = steerer.dry_run(plan).await.map_err(vendor_error)?;
             if preview.is_empty() {
                 common::out!("nothing to change: NS1 already answers as the plan says");

@@ -251,3 +251,87 @@ async fn a_policy_with_too_few_checker_regions_is_refused_before_any_request() {
     assert!(err.to_string().contains("mars-1"), "{err}");
     assert!(server.received_requests().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_check_edited_since_it_was_made_is_put_back_at_its_version_and_a_lookup_writes_nothing() {
+    let server = MockServer::start().await;
+    let policy = policy();
+    let cf = spec(&policy, "cloudflare").caller_reference();
+    let fastly = spec(&policy, "fastly").caller_reference();
+    let config = |fqdn: &str, search: &str, disabled: bool| {
+        format!(
+            "<HealthCheckConfig><Port>443</Port><Type>HTTPS_STR_MATCH</Type><ResourcePath>/_health/v3.txt</ResourcePath><FullyQualifiedDomainName>{fqdn}</FullyQualifiedDomainName><SearchString>{search}</SearchString><RequestInterval>30</RequestInterval><FailureThreshold>2</FailureThreshold><Inverted>false</Inverted><Disabled>{disabled}</Disabled><EnableSNI>true</EnableSNI><Regions><Region>us-east-1</Region><Region>eu-west-1</Region><Region>us-west-2</Region><Region>ap-southeast-1</Region><Region>sa-east-1</Region></Regions></HealthCheckConfig>"
+        )
+    };
+    // Cloudflare's check is as made; someone disabled fastly's and changed its string.
+    let listing = format!(
+        r#"<ListHealthChecksResponse xmlns="https://route53.amazonaws.com/doc/2013-04-01/"><HealthChecks><HealthCheck><Id>hc-c</Id><CallerReference>{cf}</CallerReference>{}<HealthCheckVersion>1</HealthCheckVersion></HealthCheck><HealthCheck><Id>hc-f</Id><CallerReference>{fastly}</CallerReference>{}<HealthCheckVersion>7</HealthCheckVersion></HealthCheck></HealthChecks><Marker></Marker><IsTruncated>false</IsTruncated><MaxItems>100</MaxItems></ListHealthChecksResponse>"#,
+        config("example.cdn.cloudflare.net", "healthy-v3", false),
+        config("example.map.fastly.net", "whatever", true),
+    );
+    Mock::given(method("GET"))
+        .and(path(HEALTHCHECK))
+        .respond_with(xml(200, listing))
+        .mount(&server)
+        .await;
+    let want = "<UpdateHealthCheckRequest xmlns=\"https://route53.amazonaws.com/doc/2013-04-01/\"><HealthCheckVersion>7</HealthCheckVersion><Port>443</Port><ResourcePath>/_health/v3.txt</ResourcePath><FullyQualifiedDomainName>example.map.fastly.net</FullyQualifiedDomainName><SearchString>healthy-v3</SearchString><FailureThreshold>2</FailureThreshold><Inverted>false</Inverted><Disabled>false</Disabled><EnableSNI>true</EnableSNI><Regions><Region>eu-west-1</Region><Region>us-east-1</Region><Region>us-west-2</Region><Region>ap-southeast-1</Region><Region>sa-east-1</Region></Regions></UpdateHealthCheckRequest>";
+    Mock::given(method("POST"))
+        .and(path("/2013-04-01/healthcheck/hc-f"))
+        .and(wiremock::matchers::header_exists("authorization"))
+        .and(wiremock::matchers::body_string_contains(want))
+        .respond_with(xml(
+            200,
+            format!(
+                r#"<UpdateHealthCheckResponse xmlns="https://route53.amazonaws.com/doc/2013-04-01/"><HealthCheck><Id>hc-f</Id><CallerReference>{fastly}</CallerReference>{}<HealthCheckVersion>8</HealthCheckVersion></HealthCheck></UpdateHealthCheckResponse>"#,
+                config("example.map.fastly.net", "healthy-v3", false)
+            ),
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    let mut steerer = Route53Steerer::from_policy(client(&server), "Z1", &policy);
+    // A dry run's lookup names what differs and sends nothing that writes.
+    let found = steerer.find_health_checks(&policy, None).await.unwrap();
+    let fastly_found = found
+        .iter()
+        .find(|f| f.spec.provider == p("fastly"))
+        .unwrap();
+    assert_eq!(fastly_found.id.as_deref(), Some("hc-f"));
+    assert_eq!(
+        fastly_found.differences,
+        [
+            "SearchString: whatever -> healthy-v3",
+            "Disabled: true -> false"
+        ]
+    );
+    assert!(
+        found
+            .iter()
+            .find(|f| f.spec.provider == p("cloudflare"))
+            .unwrap()
+            .differences
+            .is_empty()
+    );
+    let writes = server
+        .received_requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.method.as_str() != "GET")
+        .count();
+    assert_eq!(writes, 0);
+
+    let ids = steerer
+        .provision_health_checks(&policy, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        ids,
+        [
+            (p("cloudflare"), "hc-c".to_owned()),
+            (p("fastly"), "hc-f".to_owned())
+        ]
+        .into()
+    );
+}

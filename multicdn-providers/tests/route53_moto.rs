@@ -307,3 +307,92 @@ async fn provisioning_health_checks_twice_creates_them_once() {
             .all(|o| o.runner.as_str().starts_with("route53-"))
     );
 }
+
+#[tokio::test]
+async fn an_old_cname_chain_deployment_is_migrated_to_health_evaluating_aliases() {
+    use multicdn_providers::route53::changes::{Action, Change};
+    use multicdn_providers::route53::layout::{LayoutInputs, desired_sets};
+    let Some((steerer, policy)) = setup("migrate").await else {
+        return;
+    };
+    let plan = policy.static_plan();
+    // What the layout wrote before aliases: geolocation CNAMEs whose value is the pool, and
+    // pools without health checks.
+    let inputs = LayoutInputs {
+        zone: policy.steering.zone.clone(),
+        zone_id: String::new(),
+        edges: policy
+            .providers
+            .iter()
+            .map(|(id, spec)| (id.clone(), spec.edge_host.clone()))
+            .collect(),
+        health_checks: Default::default(),
+    };
+    let old: Vec<Change> = desired_sets(&plan, &inputs)
+        .unwrap()
+        .into_iter()
+        .map(|mut set| {
+            if let Some(alias) = set.alias.take() {
+                set.values = vec![alias.dns_name];
+                set.ttl = Some(30);
+            }
+            Change {
+                action: Action::Create,
+                set,
+                before: None,
+            }
+        })
+        .collect();
+    let zone = steerer.zone_id().to_owned();
+    steerer
+        .client()
+        .change_record_sets(&zone, "the old layout", &old)
+        .await
+        .unwrap();
+    // The old deployment reads back as the plan it carries.
+    let state = steerer.current().await.unwrap();
+    assert!(
+        multicdn_core::SteeringDiff::between(&state, &plan).is_empty(),
+        "{state:?}"
+    );
+
+    // Every set changes (aliases, health checks): more than the guardrail allows unforced.
+    let dry = steerer.dry_run(&plan).await.unwrap();
+    let text = dry.to_string();
+    assert!(text.contains("23 of 23 sets touched"), "{text}");
+    assert!(
+        text.contains("alias -> europe._steer.www.migrate"),
+        "{text}"
+    );
+    let err = steerer
+        .apply(&plan, &ApplyOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("max_touched_per_apply"), "{err}");
+    steerer
+        .apply(&plan, &ApplyOptions::default().force(true))
+        .await
+        .unwrap();
+
+    let sets = steerer.record_sets().await.unwrap();
+    let geos: Vec<_> = sets.iter().filter(|s| s.geo.is_some()).collect();
+    assert_eq!(geos.len(), 15);
+    for geo in geos {
+        let alias = geo.alias.as_ref().unwrap_or_else(|| panic!("{geo:?}"));
+        assert_eq!(alias.hosted_zone_id, zone);
+        assert!(alias.evaluate_target_health);
+        assert!(geo.values.is_empty(), "{geo:?}");
+    }
+    let checks = steerer.health_checks();
+    for set in sets.iter().filter(|s| s.weight.is_some()) {
+        assert!(
+            set.health_check_id
+                .as_ref()
+                .is_some_and(|id| checks.values().any(|c| c == id)),
+            "{set:?}"
+        );
+    }
+    assert!(steerer.dry_run(&plan).await.unwrap().is_empty());
+    let state = steerer.current().await.unwrap();
+    assert!(multicdn_core::SteeringDiff::between(&state, &plan).is_empty());
+}

@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::monitor::{MONITORING_SOURCE_TYPE, MonitorSpec};
 use super::record::Ns1Record;
 use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp, secret_header, with_retry_advice};
 
@@ -47,6 +48,16 @@ struct WithId {
     name: Option<String>,
     #[serde(default)]
     config: Option<Value>,
+    #[serde(default)]
+    sourcetype: Option<String>,
+}
+
+/// The job named as `spec` names its job, with its id.
+fn find_job<'a>(jobs: &'a [Value], spec: &MonitorSpec) -> Option<(&'a Value, String)> {
+    let job = jobs
+        .iter()
+        .find(|j| j.get("name").and_then(Value::as_str) == Some(spec.name.as_str()))?;
+    Some((job, job.get("id")?.as_str()?.to_owned()))
 }
 
 /// A wait NS1's rate-limit headers imply when a `429` carries no `Retry-After`: the time one
@@ -195,21 +206,173 @@ impl Ns1Client {
 
     /// The data source named `name` (type `nsone_v1`), made if missing; returns its id.
     pub async fn ensure_source(&self, name: &str) -> Result<String, Error> {
+        self.ensure_source_of_type(name, "nsone_v1").await
+    }
+
+    /// The id of the data source named `name` of type `sourcetype`, if there is one (a
+    /// source of that name but another type does not count).
+    async fn find_source(&self, name: &str, sourcetype: &str) -> Result<Option<String>, Error> {
         let sources: Vec<WithId> = self.must(Method::GET, "/data/sources", None).await?;
-        if let Some(s) = sources
+        Ok(sources
             .into_iter()
-            .find(|s| s.name.as_deref() == Some(name))
-        {
-            return Ok(s.id);
+            .find(|s| {
+                s.name.as_deref() == Some(name)
+                    && s.sourcetype.as_deref().is_none_or(|t| t == sourcetype)
+            })
+            .map(|s| s.id))
+    }
+
+    /// The data source named `name` of type `sourcetype`, made if missing; returns its id.
+    async fn ensure_source_of_type(&self, name: &str, sourcetype: &str) -> Result<String, Error> {
+        if let Some(id) = self.find_source(name, sourcetype).await? {
+            return Ok(id);
         }
         let made: WithId = self
             .must(
                 Method::PUT,
                 "/data/sources",
-                Some(json!({"name": name, "sourcetype": "nsone_v1"})),
+                Some(json!({"name": name, "sourcetype": sourcetype})),
             )
             .await?;
         Ok(made.id)
+    }
+
+    /// Looks up, writing nothing, what [`Ns1Client::ensure_monitors`] makes: the source id and
+    /// each provider's feed id when the source, the notify list, every job (as the spec says)
+    /// and every feed exist; `None` when anything is missing or differs (an apply would write).
+    pub async fn find_monitors(
+        &self,
+        source_name: &str,
+        specs: &[MonitorSpec],
+    ) -> Result<Option<(String, BTreeMap<ProviderId, String>)>, Error> {
+        let Some(source) = self
+            .find_source(source_name, MONITORING_SOURCE_TYPE)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let Some(list) = self.find_notify_list(source_name, &source).await? else {
+            return Ok(None);
+        };
+        let jobs: Vec<Value> = self.must(Method::GET, "/monitoring/jobs", None).await?;
+        let feeds = self.monitor_feeds(&source).await?;
+        let mut out = BTreeMap::new();
+        for spec in specs {
+            let Some((job, id)) = find_job(&jobs, spec) else {
+                return Ok(None);
+            };
+            let Some(feed) = feeds.get(&id).filter(|_| spec.matches(job, &list)) else {
+                return Ok(None);
+            };
+            out.insert(spec.provider.clone(), feed.clone());
+        }
+        Ok(Some((source, out)))
+    }
+
+    /// Makes (or finds) what drives answers from monitors: a data source `source_name` of type
+    /// `nsone_monitoring`, a notify list of the same name with one `datafeed` notifier for it,
+    /// one `http` monitoring job per spec notifying that list (a job found by name with other
+    /// settings is updated), and one feed per job. Returns the source id and each provider's
+    /// feed id.
+    pub async fn ensure_monitors(
+        &self,
+        source_name: &str,
+        specs: &[MonitorSpec],
+    ) -> Result<(String, BTreeMap<ProviderId, String>), Error> {
+        let source = self
+            .ensure_source_of_type(source_name, MONITORING_SOURCE_TYPE)
+            .await?;
+        let list = match self.find_notify_list(source_name, &source).await? {
+            Some(id) => id,
+            None => {
+                let made: WithId = self
+                    .must(
+                        Method::PUT,
+                        "/lists",
+                        Some(json!({
+                            "name": source_name,
+                            "notify_list": [{"type": "datafeed", "config": {"sourceid": source}}],
+                        })),
+                    )
+                    .await?;
+                made.id
+            }
+        };
+        let jobs: Vec<Value> = self.must(Method::GET, "/monitoring/jobs", None).await?;
+        let mut job_ids = BTreeMap::new();
+        for spec in specs {
+            let body = spec.body(&list);
+            let id = match find_job(&jobs, spec) {
+                Some((job, id)) if spec.matches(job, &list) => id,
+                Some((_, id)) => {
+                    let _: Value = self
+                        .must(Method::POST, &format!("/monitoring/jobs/{id}"), Some(body))
+                        .await?;
+                    id
+                }
+                None => {
+                    let made: WithId = self
+                        .must(Method::PUT, "/monitoring/jobs", Some(body))
+                        .await?;
+                    made.id
+                }
+            };
+            job_ids.insert(spec.provider.clone(), id);
+        }
+        let feeds = self.monitor_feeds(&source).await?;
+        let mut out = BTreeMap::new();
+        for (provider, job) in job_ids {
+            let id = match feeds.get(&job) {
+                Some(f) => f.clone(),
+                None => {
+                    let made: WithId = self
+                        .must(
+                            Method::PUT,
+                            &format!("/data/feeds/{source}"),
+                            Some(json!({"name": format!("multicdn {provider} monitor"), "config": {"jobid": job}})),
+                        )
+                        .await?;
+                    made.id
+                }
+            };
+            out.insert(provider, id);
+        }
+        Ok((source, out))
+    }
+
+    /// The feeds on `source_id` by the job they follow (`config.jobid`).
+    async fn monitor_feeds(&self, source_id: &str) -> Result<BTreeMap<String, String>, Error> {
+        let feeds: Vec<WithId> = self
+            .must(Method::GET, &format!("/data/feeds/{source_id}"), None)
+            .await?;
+        Ok(feeds
+            .into_iter()
+            .filter_map(|f| {
+                let job = f.config.as_ref()?.get("jobid")?.as_str()?.to_owned();
+                Some((job, f.id))
+            })
+            .collect())
+    }
+
+    /// The notify list `name` holding a `datafeed` notifier for `source_id`, if there is one.
+    async fn find_notify_list(&self, name: &str, source_id: &str) -> Result<Option<String>, Error> {
+        let lists: Vec<Value> = self.must(Method::GET, "/lists", None).await?;
+        let feeds_source = |l: &Value| {
+            l.get("notify_list")
+                .and_then(Value::as_array)
+                .is_some_and(|n| {
+                    n.iter().any(|n| {
+                        n.get("type").and_then(Value::as_str) == Some("datafeed")
+                            && n.pointer("/config/sourceid").and_then(Value::as_str)
+                                == Some(source_id)
+                    })
+                })
+        };
+        Ok(lists
+            .iter()
+            .find(|l| l.get("name").and_then(Value::as_str) == Some(name) && feeds_source(l))
+            .and_then(|l| l.get("id")?.as_str())
+            .map(str::to_owned))
     }
 
     /// One feed per provider on `source_id`, labelled with the provider's id, made if

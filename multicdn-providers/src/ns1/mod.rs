@@ -32,15 +32,24 @@
 //! with the provider id); [`Ns1Steerer::set_up`] publishes `{"fastly":{"up":false}}` to move
 //! answers without rewriting the record.
 //!
+//! # Monitors
+//!
+//! [`Ns1Steerer::provision_monitors`] makes one `http` monitoring job per provider from the
+//! policy's health section and feeds each provider's live answers' `up` from its job (see
+//! [`monitor`]), so NS1 drops a provider whose monitor fails even while the controller is
+//! down; the `up` filter is first in the chain.
+//!
 //! # Rate limits
 //!
 //! A `429` is retried after its `Retry-After`, or when there is none, after the time one
 //! token takes to refill (`X-RateLimit-Period` / `X-RateLimit-Limit`).
 
 mod client;
+pub mod monitor;
 pub mod record;
 mod steerer;
 
 pub use client::{DEFAULT_BASE, Ns1Client, provider_id, rate_limit_wait};
+pub use monitor::MonitorSpec;
 pub use record::{Ns1Answer, Ns1Filter, Ns1Record, Ns1Region};
 pub use steerer::{Ns1Diff, Ns1Steerer};

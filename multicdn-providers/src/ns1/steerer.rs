@@ -10,6 +10,7 @@ use multicdn_core::{
 };
 
 use super::client::{Ns1Client, provider_id};
+use super::monitor::{MonitorSpec, monitor_regions};
 use super::record::{Ns1Record, RecordInputs, build_record, read_state};
 
 /// A dry run: the cohorts whose weights change (before and after), and whether the record
@@ -128,6 +129,55 @@ impl Ns1Steerer {
         self.source_id = Some(source);
         self.inputs.feeds = feeds.clone();
         Ok(feeds)
+    }
+
+    /// One `http` monitoring job per provider from the policy's health section
+    /// ([`monitor`](super::monitor)).
+    pub fn monitor_specs(&self, policy: &Policy) -> Result<Vec<MonitorSpec>, Error> {
+        let invalid = |message: String| Error::InvalidRequest {
+            provider: provider_id(),
+            message,
+        };
+        let regions = monitor_regions(&policy.health).map_err(invalid)?;
+        self.inputs
+            .edges
+            .iter()
+            .map(|(p, edge)| MonitorSpec::new(p.clone(), edge, &policy.health, regions.clone()))
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(invalid)
+    }
+
+    /// Makes (or finds) one `http` monitoring job per provider from the policy's health
+    /// section, with the notify list, `nsone_monitoring` data source `source_name` and feeds
+    /// that carry their verdicts, and drives each provider's live answers' `up` from its
+    /// job's feed. Returns the feed ids.
+    pub async fn provision_monitors(
+        &mut self,
+        policy: &Policy,
+        source_name: &str,
+    ) -> Result<BTreeMap<ProviderId, String>, Error> {
+        let specs = self.monitor_specs(policy)?;
+        let (source, feeds) = self.client.ensure_monitors(source_name, &specs).await?;
+        self.source_id = Some(source);
+        self.inputs.feeds = feeds.clone();
+        Ok(feeds)
+    }
+
+    /// Looks the monitors up without writing; when all are in place (as the policy says),
+    /// drives the answers from their feeds and returns the feed ids, otherwise `None` (an
+    /// apply would make or fix them).
+    pub async fn find_monitors(
+        &mut self,
+        policy: &Policy,
+        source_name: &str,
+    ) -> Result<Option<BTreeMap<ProviderId, String>>, Error> {
+        let specs = self.monitor_specs(policy)?;
+        let Some((source, feeds)) = self.client.find_monitors(source_name, &specs).await? else {
+            return Ok(None);
+        };
+        self.source_id = Some(source);
+        self.inputs.feeds = feeds.clone();
+        Ok(Some(feeds))
     }
 
     /// Marks providers up or down through their feeds, without rewriting the record.

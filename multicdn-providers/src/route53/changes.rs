@@ -87,12 +87,22 @@ impl RecordSetDiff {
         self.changes.is_empty()
     }
 
+    /// How many distinct sets the changes touch (a set replaced by a `DELETE` and a
+    /// `CREATE` counts once).
+    pub fn touched(&self) -> usize {
+        self.changes
+            .iter()
+            .map(|c| normalised_key(&c.set))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    }
+
     /// The share of the record's sets the change touches, 0.0 to 1.0.
     pub fn touched_share(&self) -> f64 {
         if self.sets_total == 0 {
             0.0
         } else {
-            self.changes.len() as f64 / self.sets_total as f64
+            self.touched() as f64 / self.sets_total as f64
         }
     }
 
@@ -120,10 +130,17 @@ pub fn split_batches(changes: &[Change], max_records: usize, max_chars: usize) -
     for (i, c) in changes.iter().enumerate() {
         let (n, k) = (c.record_count(), c.value_chars());
         if (count + n > max_records || chars + k > max_chars) && i > start {
-            out.push(&changes[start..i]);
-            start = i;
-            count = 0;
-            chars = 0;
+            // A replacement's DELETE moves to the next batch with its CREATE, unless it
+            // opened this batch.
+            let cut = if is_replacement(changes, i) && i - 1 > start {
+                i - 1
+            } else {
+                i
+            };
+            out.push(&changes[start..cut]);
+            count = changes[cut..i].iter().map(Change::record_count).sum();
+            chars = changes[cut..i].iter().map(Change::value_chars).sum();
+            start = cut;
         }
         count += n;
         chars += k;
@@ -135,19 +152,37 @@ pub fn split_batches(changes: &[Change], max_records: usize, max_chars: usize) -
 }
 
 /// Where a change goes in the order: targets exist before what points at them, pointers go
-/// before their targets.
-fn rank(change: &Change, record: &str) -> u8 {
+/// before their targets. A `DELETE` that makes way for a `CREATE` of the same set (a CNAME
+/// value becoming an alias) goes right before it, in the same place in the order.
+fn rank(change: &Change, record: &str, replaced: bool) -> u8 {
     let at_record = normalise_name(&change.set.name) == record;
     match (change.action, at_record, change.set.geo.is_some()) {
         // Pools first, so every geolocation set's target exists when it lands.
         (Action::Create | Action::Upsert, false, _) => 0,
+        (Action::Delete, false, _) if replaced => 0,
         // Sets at the name that are not ours (a plain weighted setup being replaced) go
         // before the geolocation sets that cannot share the name with them.
         (Action::Delete, true, false) => 1,
         (Action::Create | Action::Upsert, true, _) => 2,
+        (Action::Delete, true, true) if replaced => 2,
         (Action::Delete, true, true) => 3,
         (Action::Delete, false, _) => 4,
     }
+}
+
+fn normalised_key(set: &RecordSet) -> (String, String, String) {
+    let mut key = set.key();
+    key.0 = normalise_name(&key.0);
+    key
+}
+
+/// True when `changes[i]` creates the set `changes[i - 1]` deletes: the pair must share a
+/// batch.
+fn is_replacement(changes: &[Change], i: usize) -> bool {
+    i > 0
+        && changes[i].action == Action::Create
+        && changes[i - 1].action == Action::Delete
+        && normalised_key(&changes[i].set) == normalised_key(&changes[i - 1].set)
 }
 
 /// Compares the managed sets in force (`existing`: any listing of the zone; sets outside
@@ -178,9 +213,7 @@ pub fn diff_sets(
         .iter()
         .filter(|s| is_managed_name(&s.name, &record) && s.rtype == "CNAME")
     {
-        let mut key = set.key();
-        key.0 = normalise_name(&key.0);
-        current.insert(key, set);
+        current.insert(normalised_key(set), set);
     }
     if let Some(foreign) = current
         .values()
@@ -194,10 +227,10 @@ pub fn diff_sets(
         ));
     }
     let mut changes = Vec::new();
+    let mut replaced = std::collections::BTreeSet::new();
     let mut wanted = std::collections::BTreeSet::new();
     for set in desired {
-        let mut key = set.key();
-        key.0 = normalise_name(&key.0);
+        let key = normalised_key(set);
         wanted.insert(key.clone());
         match current.get(&key) {
             None => changes.push(Change {
@@ -205,6 +238,22 @@ pub fn diff_sets(
                 set: set.clone(),
                 before: None,
             }),
+            // A set with values becoming an alias (or back): the old set is deleted and the new
+            // one created in the same batch, the way Route 53's ChangeResourceRecordSets
+            // reference turns a CNAME into an alias in one transaction.
+            Some(before) if before.alias.is_some() != set.alias.is_some() => {
+                replaced.insert(key);
+                changes.push(Change {
+                    action: Action::Delete,
+                    set: (*before).clone(),
+                    before: Some((*before).clone()),
+                });
+                changes.push(Change {
+                    action: Action::Create,
+                    set: set.clone(),
+                    before: Some((*before).clone()),
+                });
+            }
             Some(before) if !before.same_content(set) => changes.push(Change {
                 action: Action::Upsert,
                 set: set.clone(),
@@ -222,7 +271,10 @@ pub fn diff_sets(
             });
         }
     }
-    changes.sort_by_key(|c| rank(c, &record));
+    changes.sort_by_key(|c| {
+        let replaces = c.action == Action::Delete && replaced.contains(&normalised_key(&c.set));
+        rank(c, &record, replaces)
+    });
     let sets_total = wanted.len() + current.keys().filter(|k| !wanted.contains(*k)).count();
     Ok(RecordSetDiff {
         changes,
@@ -232,12 +284,18 @@ pub fn diff_sets(
 }
 
 fn describe(set: &RecordSet) -> String {
-    match (&set.weight, &set.geo) {
+    match (&set.weight, &set.alias) {
         (Some(w), _) => format!("weight {w}"),
-        (None, Some(_)) | (None, None) => format!(
-            "-> {}",
-            set.values.first().map(String::as_str).unwrap_or("")
+        (None, Some(a)) => format!(
+            "alias -> {}{}",
+            a.dns_name,
+            if a.evaluate_target_health {
+                " (evaluate target health)"
+            } else {
+                ""
+            }
         ),
+        (None, None) => format!("-> {}", set.target().unwrap_or("")),
     }
 }
 
@@ -291,7 +349,7 @@ impl fmt::Display for RecordSetDiff {
         writeln!(
             f,
             "{} of {} sets touched ({:.0}%)",
-            self.changes.len(),
+            self.touched(),
             self.sets_total,
             self.touched_share() * 100.0
         )
@@ -312,6 +370,7 @@ mod tests {
     fn inputs() -> LayoutInputs {
         LayoutInputs {
             zone: "example.com".into(),
+            zone_id: "Z1".into(),
             edges: [
                 (p("fastly"), "f.example.net".to_owned()),
                 (p("cloudflare"), "c.example.net".to_owned()),
@@ -475,6 +534,85 @@ mod tests {
         );
     }
 
+    /// The sets of the layout before aliases: geolocation CNAMEs whose value is the pool.
+    fn cname_chain(sets: Vec<RecordSet>) -> Vec<RecordSet> {
+        sets.into_iter()
+            .map(|mut s| {
+                if let Some(alias) = s.alias.take() {
+                    s.values = vec![alias.dns_name];
+                    s.ttl = Some(30);
+                }
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_old_cname_chain_is_replaced_by_aliases_delete_beside_create_in_one_batch() {
+        let desired = desired_sets(&plan(90.0), &inputs()).unwrap();
+        let old = cname_chain(desired.clone());
+        let diff = diff_sets("www.example.com", &old, &desired).unwrap();
+        // Three geolocation sets, each a DELETE of the CNAME right before the CREATE of its
+        // alias; the pools are untouched.
+        let actions: Vec<(Action, &str, bool)> = diff
+            .changes
+            .iter()
+            .map(|c| {
+                (
+                    c.action,
+                    c.set.set_identifier.as_deref().unwrap(),
+                    c.set.alias.is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                (Action::Delete, "geo-DE", false),
+                (Action::Create, "geo-DE", true),
+                (Action::Delete, "geo-FR", false),
+                (Action::Create, "geo-FR", true),
+                (Action::Delete, "geo-default", false),
+                (Action::Create, "geo-default", true),
+            ]
+        );
+        assert_eq!(diff.touched(), 3);
+        assert!(diff.to_string().contains("3 of 7 sets touched"), "{diff}");
+        assert!(
+            diff.to_string().contains(
+                "+ www.example.com [geo-DE] country DE alias -> europe._steer.www.example.com (evaluate target health)"
+            ),
+            "{diff}"
+        );
+        for d in diff.changes.iter().filter(|c| c.action == Action::Delete) {
+            assert!(
+                old.contains(&d.set),
+                "a DELETE repeats the set as it stands"
+            );
+        }
+        // Applied, the aliases read as nothing to do.
+        assert!(
+            diff_sets("www.example.com", &desired, &desired)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_batch_split_never_separates_a_replacements_delete_from_its_create() {
+        let desired = desired_sets(&plan(90.0), &inputs()).unwrap();
+        let diff = diff_sets("www.example.com", &cname_chain(desired.clone()), &desired).unwrap();
+        // Three records a batch would cut between geo-FR's DELETE and CREATE.
+        let batches = split_batches(&diff.changes, 3, MAX_VALUE_CHARS_PER_BATCH);
+        assert_eq!(
+            batches.iter().map(|b| b.len()).collect::<Vec<_>>(),
+            vec![2, 2, 2]
+        );
+        for b in batches {
+            assert_eq!(normalised_key(&b[0].set), normalised_key(&b[1].set));
+        }
+    }
+
     #[test]
     fn foreign_routing_at_the_name_is_refused() {
         let mut odd = desired_sets(&plan(90.0), &inputs()).unwrap();
@@ -494,6 +632,7 @@ mod tests {
             geo: None,
             ttl: Some(300),
             values: vec!["192.0.2.1".into()],
+            alias: None,
             health_check_id: None,
             foreign: None,
         };
@@ -530,6 +669,7 @@ mod properties {
     fn inputs() -> LayoutInputs {
         LayoutInputs {
             zone: "example.com".into(),
+            zone_id: "Z1".into(),
             edges: providers()
                 .into_iter()
                 .map(|p| (p.clone(), format!("{p}.edge.net")))
@@ -612,7 +752,7 @@ mod properties {
                     live.push(c.set.clone());
                 }
                 for geo in live.iter().filter(|s| s.geo.is_some()) {
-                    prop_assert!(live.iter().any(|p| p.weight.is_some() && p.name == geo.values[0]));
+                    prop_assert!(live.iter().any(|p| p.weight.is_some() && Some(p.name.as_str()) == geo.target()));
                 }
             }
             let state = read_state("www.example.com", &live);

@@ -16,7 +16,7 @@ use reqwest::Method;
 use super::changes::Change;
 use super::health::{HealthCheckSpec, observation};
 use super::layout::{RecordSet, is_within, normalise_name};
-use super::xml::{self, ChangeInfo};
+use super::xml::{self, ChangeInfo, RawHealthCheckConfig};
 use crate::http::{Answer, HttpSettings, ReadResult, VendorHttp, with_retry_advice};
 
 /// Route 53's public endpoint.
@@ -124,6 +124,32 @@ fn encode(value: &str) -> String {
         }
     }
     out
+}
+
+/// A health check as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExistingHealthCheck {
+    /// Its id.
+    pub id: String,
+    /// The caller reference it was made with.
+    pub caller_reference: String,
+    /// Its configuration, when listed.
+    pub config: Option<RawHealthCheckConfig>,
+    /// `HealthCheckVersion`, which an update must name.
+    pub version: Option<u64>,
+}
+
+/// A spec's check looked up by its caller reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckLookup {
+    /// The check wanted.
+    pub spec: HealthCheckSpec,
+    /// Its id, when it exists.
+    pub id: Option<String>,
+    /// Its `HealthCheckVersion`, when it exists.
+    pub version: Option<u64>,
+    /// What differs from the spec (`field: have -> want`), when it was edited since.
+    pub differences: Vec<String>,
 }
 
 /// The Route 53 API.
@@ -424,6 +450,16 @@ impl Route53Client {
 
     /// Every health check: id and caller reference.
     pub async fn list_health_checks(&self) -> Result<Vec<(String, String)>, Error> {
+        Ok(self
+            .list_health_check_configs()
+            .await?
+            .into_iter()
+            .map(|h| (h.id, h.caller_reference))
+            .collect())
+    }
+
+    /// Every health check with its configuration and version, read page by page.
+    pub async fn list_health_check_configs(&self) -> Result<Vec<ExistingHealthCheck>, Error> {
         let mut out = Vec::new();
         let mut marker: Option<String> = None;
         let mut asked: HashSet<Option<String>> = HashSet::new();
@@ -442,7 +478,12 @@ impl Route53Client {
                 page.health_checks
                     .items
                     .into_iter()
-                    .map(|h| (h.id, h.caller_reference)),
+                    .map(|h| ExistingHealthCheck {
+                        id: h.id,
+                        caller_reference: h.caller_reference,
+                        config: h.health_check_config,
+                        version: h.health_check_version,
+                    }),
             );
             if !page.is_truncated {
                 return Ok(out);
@@ -470,46 +511,94 @@ impl Route53Client {
         Ok(r.health_check.id)
     }
 
-    /// Makes sure every spec has a health check and returns their ids by provider. A check
-    /// whose caller reference already exists is reused, so provisioning twice creates once.
+    /// Puts the check `id` (at `version`) back to `spec` (`UpdateHealthCheck`).
+    pub async fn update_health_check(
+        &self,
+        id: &str,
+        spec: &HealthCheckSpec,
+        version: u64,
+    ) -> Result<(), Error> {
+        let body = xml::update_health_check(spec, version);
+        let _: xml::HealthCheckResponse = self
+            .call(
+                Method::POST,
+                &format!("/2013-04-01/healthcheck/{}", encode(id)),
+                Some(body),
+                |b| xml::parse(b, "UpdateHealthCheckResponse"),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Looks each spec's check up by its caller reference, writing nothing: its id when it
+    /// exists, and what differs when it was edited since it was made.
+    pub async fn find_health_checks(
+        &self,
+        specs: &[HealthCheckSpec],
+    ) -> Result<Vec<HealthCheckLookup>, Error> {
+        let existing = self.list_health_check_configs().await?;
+        Ok(specs
+            .iter()
+            .map(|spec| {
+                let reference = spec.caller_reference();
+                let found = existing.iter().find(|h| h.caller_reference == reference);
+                HealthCheckLookup {
+                    spec: spec.clone(),
+                    id: found.map(|h| h.id.clone()),
+                    version: found.and_then(|h| h.version),
+                    differences: found
+                        .and_then(|h| h.config.as_ref())
+                        .map(|c| spec.differences(c))
+                        .unwrap_or_default(),
+                }
+            })
+            .collect())
+    }
+
+    /// Makes sure every spec has a health check configured as it says and returns their ids
+    /// by provider. A check whose caller reference already exists is reused (put back with
+    /// `UpdateHealthCheck` if it was edited since), so provisioning twice creates once.
     pub async fn provision_health_checks(
         &self,
         specs: &[HealthCheckSpec],
     ) -> Result<BTreeMap<ProviderId, String>, Error> {
-        let mut existing: BTreeMap<String, String> = self
-            .list_health_checks()
-            .await?
-            .into_iter()
-            .map(|(id, r)| (r, id))
-            .collect();
         let mut out = BTreeMap::new();
-        for spec in specs {
+        for found in self.find_health_checks(specs).await? {
+            let spec = &found.spec;
             let reference = spec.caller_reference();
-            if let Some(id) = existing.get(&reference) {
-                out.insert(spec.provider.clone(), id.clone());
-                continue;
-            }
-            let id = match self.create_health_check(spec).await {
-                Ok(id) => id,
-                Err(Error::Vendor {
-                    code: Some(code), ..
-                }) if code == "HealthCheckAlreadyExists" => {
-                    existing = self
-                        .list_health_checks()
-                        .await?
-                        .into_iter()
-                        .map(|(id, r)| (r, id))
-                        .collect();
-                    existing.get(&reference).cloned().ok_or_else(|| Error::InvalidRequest {
-                        provider: provider_id(),
-                        message: format!(
-                            "a health check with caller reference {reference} existed and was deleted; Route 53 never reuses a reference: change the check's configuration or create it by hand"
-                        ),
-                    })?
+            let id = match (found.id, found.version) {
+                (Some(id), _) if found.differences.is_empty() => id,
+                (Some(id), Some(version)) => {
+                    tracing::warn!(provider = %spec.provider, check = %id, changed = %found.differences.join("; "), "health check edited since it was made; putting it back");
+                    self.update_health_check(&id, spec, version).await?;
+                    id
                 }
-                Err(e) => return Err(e),
+                (Some(id), None) => {
+                    return Err(Error::UnexpectedResponse {
+                        provider: provider_id(),
+                        request: "GET healthcheck".to_owned(),
+                        message: format!(
+                            "health check {id} ({reference}) differs from the policy ({}) and Route 53 gave no HealthCheckVersion to update it at",
+                            found.differences.join("; ")
+                        ),
+                    });
+                }
+                (None, _) => match self.create_health_check(spec).await {
+                    Ok(id) => id,
+                    Err(Error::Vendor {
+                        code: Some(code), ..
+                    }) if code == "HealthCheckAlreadyExists" => {
+                        let again = self.find_health_checks(std::slice::from_ref(spec)).await?;
+                        again.into_iter().find_map(|f| f.id).ok_or_else(|| Error::InvalidRequest {
+                            provider: provider_id(),
+                            message: format!(
+                                "a health check with caller reference {reference} existed and was deleted; Route 53 never reuses a reference: change the check's configuration or create it by hand"
+                            ),
+                        })?
+                    }
+                    Err(e) => return Err(e),
+                },
             };
-            existing.insert(reference, id.clone());
             out.insert(spec.provider.clone(), id);
         }
         Ok(out)

@@ -3,13 +3,17 @@
 //!
 //! Each provider gets one `HTTPS_STR_MATCH` check on its edge host: the policy's path, the
 //! policy's expected string (which must appear in the first 5,120 bytes of the body), port
-//! 443 with SNI. Route 53 offers two request intervals, 10 s and 30 s: the one nearest the
+//! 443 with SNI (or `HTTP_STR_MATCH` on port 80 for an edge that serves the health object
+//! over plain HTTP, [`HealthCheckSpec::plain_http`]). Route 53 offers two request intervals, 10 s and 30 s: the one nearest the
 //! policy's interval is used. The failure threshold is the policy's `down_after`, clamped to
 //! Route 53's 1–10. Route 53 sends the edge host as `Host`, so the edge must answer the health
 //! object for its own hostname.
 //!
 //! The `CallerReference` is a SHA-256 digest of the check's configuration, so provisioning
-//! the same policy again finds the check already made instead of making another.
+//! the same policy again finds the check already made instead of making another, and a changed
+//! configuration gets a check of its own (Route 53 refuses a reference reused with other
+//! settings, `HealthCheckAlreadyExists`). A check found under its reference but edited since
+//! (in the console, say) is put back with `UpdateHealthCheck` ([`HealthCheckSpec::differences`]).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -18,7 +22,26 @@ use multicdn_core::policy::HealthPolicy;
 use multicdn_core::{FailReason, Observation, Outcome, ProviderId, RegionId, Timestamp};
 use sha2::{Digest, Sha256};
 
-use super::xml::RawObservation;
+use super::xml::{RawHealthCheckConfig, RawObservation};
+
+/// The kind of check: a string match over HTTPS or plain HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CheckType {
+    /// `HTTPS_STR_MATCH` (SNI on).
+    HttpsStrMatch,
+    /// `HTTP_STR_MATCH`.
+    HttpStrMatch,
+}
+
+impl CheckType {
+    /// Route 53's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckType::HttpsStrMatch => "HTTPS_STR_MATCH",
+            CheckType::HttpStrMatch => "HTTP_STR_MATCH",
+        }
+    }
+}
 
 /// The regions Route 53 runs health checkers in.
 pub const CHECKER_REGIONS: [&str; 8] = [
@@ -40,9 +63,11 @@ pub const MIN_REGIONS: usize = 3;
 pub struct HealthCheckSpec {
     /// The provider checked.
     pub provider: ProviderId,
+    /// `HTTPS_STR_MATCH` or `HTTP_STR_MATCH`.
+    pub check_type: CheckType,
     /// The edge host (`FullyQualifiedDomainName`).
     pub fqdn: String,
-    /// 443.
+    /// 443 (80 for plain HTTP).
     pub port: u16,
     /// The health object's path.
     pub resource_path: String,
@@ -86,6 +111,7 @@ impl HealthCheckSpec {
         };
         Ok(HealthCheckSpec {
             provider,
+            check_type: CheckType::HttpsStrMatch,
             fqdn: edge_host.trim_end_matches('.').to_ascii_lowercase(),
             port: 443,
             resource_path: health.path.clone(),
@@ -96,12 +122,100 @@ impl HealthCheckSpec {
         })
     }
 
+    /// The same check over plain HTTP (`HTTP_STR_MATCH`) on `port`, for an edge that serves
+    /// the health object without TLS.
+    pub fn plain_http(mut self, port: u16) -> HealthCheckSpec {
+        self.check_type = CheckType::HttpStrMatch;
+        self.port = port;
+        self
+    }
+
+    /// SNI is sent on HTTPS checks only.
+    pub fn enable_sni(&self) -> bool {
+        self.check_type == CheckType::HttpsStrMatch
+    }
+
+    /// What differs between this spec and a check's configuration as Route 53 reports it
+    /// (`field: have -> want`); empty when the check is this spec. A member the listing
+    /// leaves out is not compared.
+    pub fn differences(&self, config: &RawHealthCheckConfig) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut check = |field: &str, have: Option<String>, want: String| {
+            if let Some(have) = have
+                && have != want
+            {
+                out.push(format!("{field}: {have} -> {want}"));
+            }
+        };
+        let num = |v: Option<u32>| v.map(|n| n.to_string());
+        check(
+            "Type",
+            Some(config.check_type.clone()),
+            self.check_type.as_str().to_owned(),
+        );
+        check(
+            "Port",
+            config.port.map(|p| p.to_string()),
+            self.port.to_string(),
+        );
+        check(
+            "ResourcePath",
+            config.resource_path.clone(),
+            self.resource_path.clone(),
+        );
+        check(
+            "FullyQualifiedDomainName",
+            config
+                .fully_qualified_domain_name
+                .as_ref()
+                .map(|f| f.trim_end_matches('.').to_ascii_lowercase()),
+            self.fqdn.clone(),
+        );
+        check(
+            "SearchString",
+            config.search_string.clone(),
+            self.search_string.clone(),
+        );
+        check(
+            "RequestInterval",
+            num(config.request_interval),
+            self.request_interval.to_string(),
+        );
+        check(
+            "FailureThreshold",
+            num(config.failure_threshold),
+            self.failure_threshold.to_string(),
+        );
+        let sorted = |v: &[String]| {
+            let mut v = v.to_vec();
+            v.sort();
+            v.join(",")
+        };
+        check(
+            "Regions",
+            (!config.regions.items.is_empty()).then(|| sorted(&config.regions.items)),
+            sorted(&self.regions),
+        );
+        check(
+            "Inverted",
+            Some(config.inverted.to_string()),
+            "false".to_owned(),
+        );
+        check(
+            "Disabled",
+            Some(config.disabled.to_string()),
+            "false".to_owned(),
+        );
+        out
+    }
+
     /// The deterministic idempotency key: `multicdn-` and 40 hex digits of a SHA-256 over
     /// the configuration.
     pub fn caller_reference(&self) -> String {
         let mut h = Sha256::new();
         for part in [
             self.provider.as_str(),
+            self.check_type.as_str(),
             &self.fqdn,
             &self.port.to_string(),
             &self.resource_path,
@@ -120,6 +234,26 @@ impl HealthCheckSpec {
         }
         out
     }
+}
+
+/// One check per provider of `policy` (on its edge host) from the policy's health section.
+/// `regions`: Route 53 checker regions, or `None` to derive them from the policy's probe
+/// regions ([`checker_regions`]).
+pub fn policy_checks(
+    policy: &multicdn_core::Policy,
+    regions: Option<Vec<String>>,
+) -> Result<Vec<HealthCheckSpec>, String> {
+    let regions = match regions {
+        Some(r) => r,
+        None => checker_regions(&policy.health)?,
+    };
+    policy
+        .providers
+        .iter()
+        .map(|(p, spec)| {
+            HealthCheckSpec::new(p.clone(), &spec.edge_host, &policy.health, regions.clone())
+        })
+        .collect()
 }
 
 fn check_regions(regions: &[String]) -> Result<(), String> {
@@ -303,6 +437,69 @@ mod tests {
         let other =
             HealthCheckSpec::new(p("cloudflare"), "example.map.fastly.net", &h, regions).unwrap();
         assert_ne!(spec.caller_reference(), other.caller_reference());
+    }
+
+    #[test]
+    fn http_and_https_checks_differ_in_type_port_sni_and_reference() {
+        let h = health();
+        let regions = checker_regions(&h).unwrap();
+        let https = HealthCheckSpec::new(p("fastly"), "e.example.net", &h, regions).unwrap();
+        let http = https.clone().plain_http(80);
+        let xml = crate::route53::xml::create_health_check(&http);
+        assert!(
+            xml.contains("<Port>80</Port><Type>HTTP_STR_MATCH</Type><ResourcePath>/_health/v3.txt</ResourcePath>"),
+            "{xml}"
+        );
+        assert!(xml.contains("<EnableSNI>false</EnableSNI>"), "{xml}");
+        let xml = crate::route53::xml::create_health_check(&https);
+        assert!(
+            xml.contains("<Port>443</Port><Type>HTTPS_STR_MATCH</Type>")
+                && xml.contains("<SearchString>healthy-v3</SearchString><RequestInterval>30</RequestInterval><FailureThreshold>2</FailureThreshold>")
+                && xml.contains("<EnableSNI>true</EnableSNI><Regions><Region>eu-west-1</Region>"),
+            "{xml}"
+        );
+        assert_ne!(https.caller_reference(), http.caller_reference());
+    }
+
+    #[test]
+    fn a_check_edited_by_hand_shows_what_differs() {
+        let h = health();
+        let spec = HealthCheckSpec::new(
+            p("fastly"),
+            "e.example.net",
+            &h,
+            checker_regions(&h).unwrap(),
+        )
+        .unwrap();
+        let mut config = RawHealthCheckConfig {
+            port: Some(443),
+            check_type: "HTTPS_STR_MATCH".into(),
+            resource_path: Some("/_health/v3.txt".into()),
+            fully_qualified_domain_name: Some("E.example.net.".into()),
+            search_string: Some("healthy-v3".into()),
+            request_interval: Some(30),
+            failure_threshold: Some(2),
+            regions: crate::route53::xml::RawRegions {
+                items: [
+                    "us-east-1",
+                    "sa-east-1",
+                    "eu-west-1",
+                    "us-west-2",
+                    "ap-southeast-1",
+                ]
+                .map(String::from)
+                .to_vec(),
+            },
+            inverted: false,
+            disabled: false,
+        };
+        assert_eq!(spec.differences(&config), Vec::<String>::new());
+        config.search_string = Some("ok".into());
+        config.disabled = true;
+        assert_eq!(
+            spec.differences(&config),
+            ["SearchString: ok -> healthy-v3", "Disabled: true -> false"]
+        );
     }
 
     #[test]

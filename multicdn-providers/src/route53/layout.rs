@@ -6,10 +6,18 @@
 //! - the cohort's **pool** lives at `europe._steer.www.example.com`: one weighted CNAME set per
 //!   provider (`SetIdentifier` `europe-fastly`, `Weight` 0–255, the provider's health check, the
 //!   provider's edge host as the value);
-//! - **geolocation** CNAMEs at `www.example.com` point each network of the cohort at its pool:
-//!   `SetIdentifier` `geo-DE` (`CountryCode` `DE`), `geo-continent-EU` (`ContinentCode` `EU`),
-//!   `geo-default` (`CountryCode` `*`). The identifier names the network, not the cohort, so a
-//!   country moving between cohorts is one `UPSERT`.
+//! - **geolocation** alias records (type `CNAME`, as Route 53 requires of an alias to a CNAME
+//!   set in the same zone) at `www.example.com` point each network of the cohort at its pool:
+//!   `AliasTarget` with the hosted zone's own id, the pool's name and `EvaluateTargetHealth`, so
+//!   Route 53 itself skips a pool whose weighted sets are all unhealthy and never serves a
+//!   provider whose check fails, whether or not the controller is running. `SetIdentifier`
+//!   `geo-DE` (`CountryCode` `DE`), `geo-continent-EU` (`ContinentCode` `EU`), `geo-default`
+//!   (`CountryCode` `*`). The identifier names the network, not the cohort, so a country moving
+//!   between cohorts is one `UPSERT`.
+//!
+//! The layout before this one pointed the geolocation sets at their pools with plain CNAME
+//! values (a CNAME chain); [`read_state`] reads both, and the diff replaces such a set with its
+//! alias (a `DELETE` and a `CREATE` side by side in one batch, which Route 53 applies as one).
 
 use std::collections::BTreeMap;
 
@@ -56,6 +64,27 @@ impl GeoLocation {
     }
 }
 
+/// An alias record's target: another record set in the same hosted zone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AliasTarget {
+    /// The hosted zone holding the target (this zone), without `/hostedzone/`.
+    pub hosted_zone_id: String,
+    /// The target's name (the pool), lowercase, without the trailing dot.
+    pub dns_name: String,
+    /// Route 53 answers with the target only while it has a healthy set.
+    pub evaluate_target_health: bool,
+}
+
+impl AliasTarget {
+    fn normalised(&self) -> (String, String, bool) {
+        (
+            crate::route53::bare_zone_id(&self.hosted_zone_id).to_ascii_uppercase(),
+            normalise_name(&self.dns_name),
+            self.evaluate_target_health,
+        )
+    }
+}
+
 /// One resource record set, as written and as read back (names lowercase, without the
 /// trailing dot).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,14 +99,16 @@ pub struct RecordSet {
     pub weight: Option<u32>,
     /// The geolocation (geolocation sets).
     pub geo: Option<GeoLocation>,
-    /// The TTL in seconds.
+    /// The TTL in seconds (none on an alias).
     pub ttl: Option<u64>,
-    /// The values (one for a CNAME).
+    /// The values (one for a CNAME; none on an alias).
     pub values: Vec<String>,
+    /// The alias target (the geolocation sets at the record name).
+    pub alias: Option<AliasTarget>,
     /// The health check attached.
     pub health_check_id: Option<String>,
-    /// Routing this layout never writes (`Region`, `Failover`, `MultiValueAnswer`,
-    /// `AliasTarget`), named when a set read back carries it.
+    /// Routing this layout never writes (`Region`, `Failover`, `MultiValueAnswer`), named
+    /// when a set read back carries it.
     pub foreign: Option<String>,
 }
 
@@ -91,6 +122,14 @@ impl RecordSet {
         )
     }
 
+    /// The name this set sends resolvers to: the alias target, or else the first value.
+    pub fn target(&self) -> Option<&str> {
+        match &self.alias {
+            Some(a) => Some(a.dns_name.as_str()),
+            None => self.values.first().map(String::as_str),
+        }
+    }
+
     /// True when both sets would answer the same (names and values compared without case or
     /// trailing dots).
     pub fn same_content(&self, other: &RecordSet) -> bool {
@@ -100,6 +139,8 @@ impl RecordSet {
             && self.geo == other.geo
             && self.ttl == other.ttl
             && values(self) == values(other)
+            && self.alias.as_ref().map(AliasTarget::normalised)
+                == other.alias.as_ref().map(AliasTarget::normalised)
             && self.health_check_id == other.health_check_id
             && self.foreign == other.foreign
     }
@@ -159,6 +200,8 @@ pub fn pool_identifier(cohort: &CohortId, provider: &ProviderId) -> String {
 pub struct LayoutInputs {
     /// The hosted zone's name (`example.com`).
     pub zone: String,
+    /// The hosted zone's id (the geolocation aliases' `HostedZoneId`).
+    pub zone_id: String,
     /// Each provider's edge host.
     pub edges: BTreeMap<ProviderId, String>,
     /// Each provider's health check id, where one is attached.
@@ -218,6 +261,7 @@ pub fn desired_sets(plan: &SteeringPlan, inputs: &LayoutInputs) -> Result<Vec<Re
                 geo: None,
                 ttl: Some(ttl),
                 values: vec![normalise_name(edge)],
+                alias: None,
                 health_check_id: inputs.health_checks.get(&provider).cloned(),
                 foreign: None,
             });
@@ -246,8 +290,13 @@ pub fn desired_sets(plan: &SteeringPlan, inputs: &LayoutInputs) -> Result<Vec<Re
                 set_identifier: Some(geo_identifier(&geo)),
                 weight: None,
                 geo: Some(geo),
-                ttl: Some(ttl),
-                values: vec![pool.clone()],
+                ttl: None,
+                values: Vec::new(),
+                alias: Some(AliasTarget {
+                    hosted_zone_id: crate::route53::bare_zone_id(&inputs.zone_id).to_owned(),
+                    dns_name: pool.clone(),
+                    evaluate_target_health: true,
+                }),
                 health_check_id: None,
                 foreign: None,
             });
@@ -282,7 +331,8 @@ pub fn read_weights(values: Vec<(ProviderId, u32)>) -> Option<Weights> {
 type CohortParts = (Vec<NetworkKey>, Vec<(ProviderId, u32)>);
 
 /// The steering state the managed sets hold: one cohort for each pool some geolocation set
-/// points at, its networks from those sets, its weights from the pool's sets.
+/// points at (an alias, or a CNAME value in the older layout), its networks from those sets,
+/// its weights from the pool's sets.
 pub fn read_state(record: &str, sets: &[RecordSet]) -> SteeringState {
     let record_n = normalise_name(record);
     let mut cohorts: BTreeMap<CohortId, CohortParts> = BTreeMap::new();
@@ -291,7 +341,7 @@ pub fn read_state(record: &str, sets: &[RecordSet]) -> SteeringState {
         .filter(|s| s.rtype == RECORD_TYPE && s.foreign.is_none())
     {
         if normalise_name(&set.name) == record_n {
-            let (Some(geo), Some(value)) = (&set.geo, set.values.first()) else {
+            let (Some(geo), Some(value)) = (&set.geo, set.target()) else {
                 continue;
             };
             let (Some(cohort), Some(network)) = (cohort_of_pool(value, &record_n), geo.network())
@@ -357,6 +407,7 @@ mod tests {
     fn inputs() -> LayoutInputs {
         LayoutInputs {
             zone: "example.com".into(),
+            zone_id: "/hostedzone/Z0EXAMPLE".into(),
             edges: [
                 (p("fastly"), "example.map.fastly.net".to_owned()),
                 (p("cloudflare"), "example.cdn.cloudflare.net".to_owned()),
@@ -420,11 +471,54 @@ mod tests {
         assert_eq!(sets[1].weight, Some(229));
         assert_eq!(sets[1].health_check_id.as_deref(), Some("hc-f"));
         assert_eq!(sets[0].health_check_id, None);
-        assert_eq!(
-            sets[4].values,
-            vec!["europe._steer.www.example.com".to_owned()]
-        );
         assert_eq!(sets[6].geo, Some(GeoLocation::Default));
+    }
+
+    #[test]
+    fn geolocation_sets_are_aliases_to_their_pool_in_the_same_zone_evaluating_its_health() {
+        let sets = desired_sets(&two_cohorts(), &inputs()).unwrap();
+        for geo in sets.iter().filter(|s| s.geo.is_some()) {
+            assert_eq!(geo.rtype, "CNAME", "an alias to a CNAME set is a CNAME");
+            assert!(geo.values.is_empty() && geo.ttl.is_none(), "{geo:?}");
+            let alias = geo.alias.as_ref().unwrap();
+            assert_eq!(alias.hosted_zone_id, "Z0EXAMPLE");
+            assert!(alias.evaluate_target_health);
+            assert!(alias.dns_name.ends_with("._steer.www.example.com"));
+        }
+        assert_eq!(
+            sets[4].target(),
+            Some("europe._steer.www.example.com"),
+            "{:?}",
+            sets[4]
+        );
+        // The weighted sets stay plain CNAMEs carrying their provider's check.
+        assert!(
+            sets.iter()
+                .filter(|s| s.weight.is_some())
+                .all(|s| s.alias.is_none() && s.values.len() == 1)
+        );
+    }
+
+    #[test]
+    fn the_older_cname_chain_reads_back_as_the_same_state() {
+        let plan = two_cohorts();
+        let chain: Vec<RecordSet> = desired_sets(&plan, &inputs())
+            .unwrap()
+            .into_iter()
+            .map(|mut s| {
+                if let Some(alias) = s.alias.take() {
+                    s.values = vec![format!("{}.", alias.dns_name)];
+                    s.ttl = Some(30);
+                }
+                s
+            })
+            .collect();
+        let state = read_state("www.example.com", &chain);
+        assert_eq!(state.cohorts.len(), 2);
+        assert_eq!(
+            multicdn_core::SteeringDiff::between(&state, &plan).changes,
+            vec![]
+        );
     }
 
     #[test]

@@ -11,8 +11,8 @@ use multicdn_core::{
 };
 
 use super::changes::{RecordSetDiff, diff_sets};
-use super::client::{Route53Client, bare_zone_id, provider_id};
-use super::health::{HealthCheckSpec, checker_regions};
+use super::client::{HealthCheckLookup, Route53Client, bare_zone_id, provider_id};
+use super::health::{HealthCheckSpec, policy_checks};
 use super::layout::{
     LayoutInputs, RecordSet, cohort_of_pool, desired_sets, normalise_name, read_state,
 };
@@ -45,6 +45,7 @@ impl Route53Steerer {
             record: normalise_name(record),
             inputs: LayoutInputs {
                 zone: normalise_name(zone),
+                zone_id: bare_zone_id(zone_id).to_owned(),
                 edges,
                 health_checks: BTreeMap::new(),
             },
@@ -92,6 +93,11 @@ impl Route53Steerer {
         self
     }
 
+    /// The hosted zone's id (without `/hostedzone/`).
+    pub fn zone_id(&self) -> &str {
+        &self.zone_id
+    }
+
     /// The client.
     pub fn client(&self) -> &Route53Client {
         &self.client
@@ -100,6 +106,21 @@ impl Route53Steerer {
     /// The health checks attached, by provider.
     pub fn health_checks(&self) -> &BTreeMap<ProviderId, String> {
         &self.inputs.health_checks
+    }
+
+    /// The health check each provider gets from the policy's health section
+    /// (`HTTPS_STR_MATCH` on its edge host, [`health::policy_checks`](super::health::policy_checks)).
+    /// `regions`: Route 53 checker regions, or `None` to derive them from the policy's probe
+    /// regions.
+    pub fn health_check_specs(
+        &self,
+        policy: &Policy,
+        regions: Option<Vec<String>>,
+    ) -> Result<Vec<HealthCheckSpec>, Error> {
+        policy_checks(policy, regions).map_err(|message| Error::InvalidRequest {
+            provider: provider_id(),
+            message,
+        })
     }
 
     /// Provisions one `HTTPS_STR_MATCH` check per provider from the policy's health section
@@ -111,24 +132,27 @@ impl Route53Steerer {
         policy: &Policy,
         regions: Option<Vec<String>>,
     ) -> Result<BTreeMap<ProviderId, String>, Error> {
-        let invalid = |message: String| Error::InvalidRequest {
-            provider: provider_id(),
-            message,
-        };
-        let regions = match regions {
-            Some(r) => r,
-            None => checker_regions(&policy.health).map_err(invalid)?,
-        };
-        let specs = self
-            .inputs
-            .edges
-            .iter()
-            .map(|(p, edge)| HealthCheckSpec::new(p.clone(), edge, &policy.health, regions.clone()))
-            .collect::<Result<Vec<_>, String>>()
-            .map_err(invalid)?;
+        let specs = self.health_check_specs(policy, regions)?;
         let ids = self.client.provision_health_checks(&specs).await?;
         self.inputs.health_checks = ids.clone();
         Ok(ids)
+    }
+
+    /// Looks up the policy's checks without creating or changing any, attaches those that
+    /// exist, and returns every lookup (for a dry run: a check missing or edited is what an
+    /// apply would create or put back).
+    pub async fn find_health_checks(
+        &mut self,
+        policy: &Policy,
+        regions: Option<Vec<String>>,
+    ) -> Result<Vec<HealthCheckLookup>, Error> {
+        let specs = self.health_check_specs(policy, regions)?;
+        let found = self.client.find_health_checks(&specs).await?;
+        self.inputs.health_checks = found
+            .iter()
+            .filter_map(|f| Some((f.spec.provider.clone(), f.id.clone()?)))
+            .collect();
+        Ok(found)
     }
 
     /// The managed record sets in force (the record's geolocation sets and its pools).
@@ -252,9 +276,9 @@ impl Route53Steerer {
         let mut touched: BTreeSet<CohortId> = BTreeSet::new();
         for c in &sets.changes {
             let mut candidates = vec![c.set.name.clone()];
-            candidates.extend(c.set.values.iter().cloned());
+            candidates.extend(c.set.target().map(str::to_owned));
             if let Some(b) = &c.before {
-                candidates.extend(b.values.iter().cloned());
+                candidates.extend(b.target().map(str::to_owned));
             }
             touched.extend(
                 candidates

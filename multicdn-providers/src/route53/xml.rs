@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use super::changes::Change;
 use super::health::HealthCheckSpec;
-use super::layout::{GeoLocation, RecordSet, normalise_name};
+use super::layout::{AliasTarget, GeoLocation, RecordSet, normalise_name};
 
 /// Route 53's XML namespace.
 pub const NAMESPACE: &str = "https://route53.amazonaws.com/doc/2013-04-01/";
@@ -72,13 +72,22 @@ fn write_set(x: &mut Xml, set: &RecordSet) {
     if let Some(ttl) = set.ttl {
         x.text("TTL", &ttl.to_string());
     }
-    x.open("ResourceRecords");
-    for v in &set.values {
-        x.open("ResourceRecord")
-            .text("Value", v)
-            .close("ResourceRecord");
+    if !set.values.is_empty() || set.alias.is_none() {
+        x.open("ResourceRecords");
+        for v in &set.values {
+            x.open("ResourceRecord")
+                .text("Value", v)
+                .close("ResourceRecord");
+        }
+        x.close("ResourceRecords");
     }
-    x.close("ResourceRecords");
+    if let Some(a) = &set.alias {
+        x.open("AliasTarget")
+            .text("HostedZoneId", a.hosted_zone_id.as_str())
+            .text("DNSName", &a.dns_name)
+            .text("EvaluateTargetHealth", bool_text(a.evaluate_target_health))
+            .close("AliasTarget");
+    }
     if let Some(hc) = &set.health_check_id {
         x.text("HealthCheckId", hc);
     }
@@ -108,21 +117,49 @@ pub fn create_health_check(spec: &HealthCheckSpec) -> String {
     x.text("CallerReference", &spec.caller_reference());
     x.open("HealthCheckConfig")
         .text("Port", &spec.port.to_string())
-        .text("Type", "HTTPS_STR_MATCH")
+        .text("Type", spec.check_type.as_str())
         .text("ResourcePath", &spec.resource_path)
         .text("FullyQualifiedDomainName", &spec.fqdn)
         .text("SearchString", &spec.search_string)
         .text("RequestInterval", &spec.request_interval.to_string())
         .text("FailureThreshold", &spec.failure_threshold.to_string())
-        .text("MeasureLatency", "false")
-        .text("Inverted", "false")
+        .text("MeasureLatency", "false");
+    flags_and_regions(&mut x, spec);
+    x.close("HealthCheckConfig");
+    x.finish(root)
+}
+
+fn bool_text(b: bool) -> &'static str {
+    if b { "true" } else { "false" }
+}
+
+/// `Inverted`, `Disabled`, `EnableSNI` and `Regions`: the members a check's create and update
+/// both end with.
+fn flags_and_regions(x: &mut Xml, spec: &HealthCheckSpec) {
+    x.text("Inverted", "false")
         .text("Disabled", "false")
-        .text("EnableSNI", "true")
+        .text("EnableSNI", bool_text(spec.enable_sni()))
         .open("Regions");
     for r in &spec.regions {
         x.text("Region", r);
     }
-    x.close("Regions").close("HealthCheckConfig");
+    x.close("Regions");
+}
+
+/// An `UpdateHealthCheckRequest` putting a check edited since it was made back to `spec`
+/// (members in model order; `Type` and `RequestInterval` cannot change, and the caller
+/// reference covers them). `version` is the `HealthCheckVersion` read, so an edit made in
+/// between is refused rather than overwritten.
+pub fn update_health_check(spec: &HealthCheckSpec, version: u64) -> String {
+    let root = "UpdateHealthCheckRequest";
+    let mut x = Xml::new(root);
+    x.text("HealthCheckVersion", &version.to_string())
+        .text("Port", &spec.port.to_string())
+        .text("ResourcePath", &spec.resource_path)
+        .text("FullyQualifiedDomainName", &spec.fqdn)
+        .text("SearchString", &spec.search_string)
+        .text("FailureThreshold", &spec.failure_threshold.to_string());
+    flags_and_regions(&mut x, spec);
     x.finish(root)
 }
 
@@ -173,7 +210,7 @@ pub(crate) struct RawSet {
     #[serde(rename = "TTL")]
     ttl: Option<u64>,
     resource_records: Option<RawRecords>,
-    alias_target: Option<serde::de::IgnoredAny>,
+    alias_target: Option<RawAlias>,
     health_check_id: Option<String>,
 }
 
@@ -183,6 +220,16 @@ struct RawGeo {
     continent_code: Option<String>,
     country_code: Option<String>,
     subdivision_code: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct RawAlias {
+    hosted_zone_id: String,
+    #[serde(rename = "DNSName")]
+    dns_name: String,
+    #[serde(default)]
+    evaluate_target_health: bool,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -209,9 +256,7 @@ impl RawSet {
                 _ => None,
             }
         });
-        let foreign = if self.alias_target.is_some() {
-            Some("AliasTarget".to_owned())
-        } else if self.region.is_some() {
+        let foreign = if self.region.is_some() {
             Some("latency (Region)".to_owned())
         } else if self.failover.is_some() {
             Some("Failover".to_owned())
@@ -231,6 +276,11 @@ impl RawSet {
                 .resource_records
                 .map(|r| r.items.into_iter().map(|v| v.value).collect())
                 .unwrap_or_default(),
+            alias: self.alias_target.map(|a| AliasTarget {
+                hosted_zone_id: super::client::bare_zone_id(&a.hosted_zone_id).to_owned(),
+                dns_name: normalise_name(&a.dns_name),
+                evaluate_target_health: a.evaluate_target_health,
+            }),
             health_check_id: self.health_check_id,
             foreign,
         }
@@ -264,6 +314,48 @@ pub(crate) struct HealthCheckResponse {
 pub(crate) struct RawHealthCheck {
     pub(crate) id: String,
     pub(crate) caller_reference: String,
+    #[serde(default)]
+    pub(crate) health_check_config: Option<RawHealthCheckConfig>,
+    #[serde(default)]
+    pub(crate) health_check_version: Option<u64>,
+}
+
+/// A health check's configuration as Route 53 reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct RawHealthCheckConfig {
+    /// The port.
+    pub port: Option<u16>,
+    /// `HTTPS_STR_MATCH`, `HTTP_STR_MATCH`, ...
+    #[serde(rename = "Type")]
+    pub check_type: String,
+    /// The path requested.
+    pub resource_path: Option<String>,
+    /// The host checked.
+    pub fully_qualified_domain_name: Option<String>,
+    /// The string the body must contain.
+    pub search_string: Option<String>,
+    /// Seconds between checks.
+    pub request_interval: Option<u32>,
+    /// Consecutive failures before unhealthy.
+    pub failure_threshold: Option<u32>,
+    /// Checker regions.
+    #[serde(default)]
+    pub regions: RawRegions,
+    /// Inverted.
+    #[serde(default)]
+    pub inverted: bool,
+    /// Disabled (a disabled check counts as healthy).
+    #[serde(default)]
+    pub disabled: bool,
+}
+
+/// `<Regions><Region/>...</Regions>`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+pub struct RawRegions {
+    /// The regions, in the order given.
+    #[serde(rename = "Region", default)]
+    pub items: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -396,6 +488,7 @@ mod tests {
             geo: None,
             ttl: Some(30),
             values: vec!["example.map.fastly.net".into()],
+            alias: None,
             health_check_id: Some("hc-1".into()),
             foreign: None,
         };
@@ -409,6 +502,77 @@ mod tests {
         );
         assert!(xml.contains("<Comment>c &amp; d</Comment>"));
         assert!(xml.contains("<Change><Action>CREATE</Action><ResourceRecordSet><Name>europe._steer.www.example.com</Name><Type>CNAME</Type><SetIdentifier>europe-fastly</SetIdentifier><Weight>229</Weight><TTL>30</TTL><ResourceRecords><ResourceRecord><Value>example.map.fastly.net</Value></ResourceRecord></ResourceRecords><HealthCheckId>hc-1</HealthCheckId></ResourceRecordSet></Change>"), "{xml}");
+    }
+
+    #[test]
+    fn writes_a_geolocation_alias_without_ttl_or_values() {
+        let set = RecordSet {
+            name: "www.example.com".into(),
+            rtype: "CNAME".into(),
+            set_identifier: Some("geo-DE".into()),
+            weight: None,
+            geo: Some(GeoLocation::Country("DE".into())),
+            ttl: None,
+            values: vec![],
+            alias: Some(AliasTarget {
+                hosted_zone_id: "Z0EXAMPLE".into(),
+                dns_name: "europe._steer.www.example.com".into(),
+                evaluate_target_health: true,
+            }),
+            health_check_id: None,
+            foreign: None,
+        };
+        let xml = change_batch(
+            "c",
+            &[Change {
+                action: Action::Create,
+                set,
+                before: None,
+            }],
+        );
+        assert!(xml.contains("<ResourceRecordSet><Name>www.example.com</Name><Type>CNAME</Type><SetIdentifier>geo-DE</SetIdentifier><GeoLocation><CountryCode>DE</CountryCode></GeoLocation><AliasTarget><HostedZoneId>Z0EXAMPLE</HostedZoneId><DNSName>europe._steer.www.example.com</DNSName><EvaluateTargetHealth>true</EvaluateTargetHealth></AliasTarget></ResourceRecordSet>"), "{xml}");
+        assert!(
+            !xml.contains("<TTL>") && !xml.contains("ResourceRecords"),
+            "{xml}"
+        );
+    }
+
+    #[test]
+    fn reads_an_alias_back_as_ours_not_foreign() {
+        let body = r#"<ListResourceRecordSetsResponse xmlns="https://route53.amazonaws.com/doc/2013-04-01/"><ResourceRecordSets><ResourceRecordSet><Name>www.example.com.</Name><Type>CNAME</Type><SetIdentifier>geo-DE</SetIdentifier><GeoLocation><CountryCode>DE</CountryCode></GeoLocation><AliasTarget><HostedZoneId>/hostedzone/Z0EXAMPLE</HostedZoneId><DNSName>Europe._steer.www.example.com.</DNSName><EvaluateTargetHealth>true</EvaluateTargetHealth></AliasTarget></ResourceRecordSet></ResourceRecordSets><IsTruncated>false</IsTruncated><MaxItems>300</MaxItems></ListResourceRecordSetsResponse>"#;
+        let list: ListRecordSetsResponse = parse(body, "a listing").unwrap();
+        let set = list
+            .resource_record_sets
+            .items
+            .into_iter()
+            .next()
+            .unwrap()
+            .into_set();
+        assert_eq!(set.foreign, None);
+        assert_eq!(
+            set.alias,
+            Some(AliasTarget {
+                hosted_zone_id: "Z0EXAMPLE".into(),
+                dns_name: "europe._steer.www.example.com".into(),
+                evaluate_target_health: true,
+            })
+        );
+        assert_eq!(set.target(), Some("europe._steer.www.example.com"));
+    }
+
+    #[test]
+    fn reads_a_health_check_listing_with_its_configuration() {
+        let body = r#"<ListHealthChecksResponse xmlns="https://route53.amazonaws.com/doc/2013-04-01/"><HealthChecks><HealthCheck><Id>abc</Id><CallerReference>multicdn-1</CallerReference><HealthCheckConfig><Port>443</Port><Type>HTTPS_STR_MATCH</Type><ResourcePath>/_health/v3.txt</ResourcePath><FullyQualifiedDomainName>e.example.net</FullyQualifiedDomainName><SearchString>healthy-v3</SearchString><RequestInterval>30</RequestInterval><FailureThreshold>2</FailureThreshold><Regions><Region>us-east-1</Region><Region>eu-west-1</Region><Region>sa-east-1</Region></Regions></HealthCheckConfig><HealthCheckVersion>3</HealthCheckVersion></HealthCheck></HealthChecks><IsTruncated>false</IsTruncated><MaxItems>100</MaxItems></ListHealthChecksResponse>"#;
+        let list: ListHealthChecksResponse = parse(body, "a listing").unwrap();
+        let check = &list.health_checks.items[0];
+        assert_eq!(check.health_check_version, Some(3));
+        let config = check.health_check_config.as_ref().unwrap();
+        assert_eq!(config.check_type, "HTTPS_STR_MATCH");
+        assert_eq!(config.search_string.as_deref(), Some("healthy-v3"));
+        assert_eq!(
+            config.regions.items,
+            ["us-east-1", "eu-west-1", "sa-east-1"]
+        );
     }
 
     #[test]
