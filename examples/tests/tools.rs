@@ -16,7 +16,7 @@ use axum::routing::any;
 use multicdn_examples::emulate::{EdgeMode, EdgeServer, PurgeApi};
 use tokio::runtime::Runtime;
 
-const ALL_EXAMPLES: [&str; 10] = [
+const ALL_EXAMPLES: [&str; 11] = [
     "policy",
     "quickstart",
     "probe",
@@ -24,6 +24,7 @@ const ALL_EXAMPLES: [&str; 10] = [
     "purge",
     "warm",
     "steer",
+    "deploy",
     "scoreboard",
     "cascade",
     "content-steering",
