@@ -406,6 +406,44 @@ fn purge_dry_run_sends_nothing_and_prints_each_providers_batches() {
 }
 
 #[test]
+fn purge_of_4000_tags_prints_the_count_and_the_first_few_unless_verbose() {
+    let rt = Runtime::new().unwrap();
+    let api = rt.block_on(PurgeApi::start()).unwrap();
+    let tags: Vec<String> = (0..4000).map(|i| format!("tag-{i:04}")).collect();
+    let mut rest = vec!["--dry-run"];
+    for t in &tags {
+        rest.extend(["--tag", t.as_str()]);
+    }
+    let args = purge_args(&api, &rest);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("purge", &args, &TOKENS);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let first = text.lines().next().unwrap();
+    assert_eq!(
+        first,
+        "purge tags, dry run: 4000 item(s): tag-0000, tag-0001, tag-0002, tag-0003, tag-0004, ... and 3995 more (--verbose lists them all)"
+    );
+    assert!(
+        !text.contains("tag-3999"),
+        "{}",
+        &text[..300.min(text.len())]
+    );
+
+    let mut verbose = args.clone();
+    verbose.push("--verbose");
+    let out = run("purge", &verbose, &TOKENS);
+    let first = stdout(&out).lines().next().unwrap().to_owned();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        first.ends_with("tag-3998, tag-3999"),
+        "{}",
+        &first[first.len() - 80..]
+    );
+    assert!(!first.contains("more (--verbose"));
+}
+
+#[test]
 fn purge_acknowledged_everywhere_exits_0_with_ids_and_the_worst_case() {
     let rt = Runtime::new().unwrap();
     let api = rt.block_on(PurgeApi::start()).unwrap();
