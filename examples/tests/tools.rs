@@ -744,7 +744,8 @@ fn steer_plan_prints_the_route53_sets_and_diff_without_credentials_exits_2() {
 }
 
 /// A loopback NS1 holding one record: `GET`, `PUT` (create) and `POST` (update) of
-/// `/v1/zones/{zone}/{domain}/{type}`, answering 401 to any key but `test-ns1-key`.
+/// `/v1/zones/{zone}/{domain}/{type}`, and `GET /v1/zones/{zone}` listing it, answering 401
+/// to any key but `test-ns1-key`.
 async fn fake_ns1() -> (
     String,
     std::sync::Arc<std::sync::Mutex<Option<serde_json::Value>>>,
@@ -756,16 +757,19 @@ async fn fake_ns1() -> (
     use axum::routing::get;
     type Stored = std::sync::Arc<std::sync::Mutex<Option<serde_json::Value>>>;
 
+    fn unauthorised() -> Response {
+        (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(serde_json::json!({"message": "Unauthorized"})),
+        )
+            .into_response()
+    }
     fn authorised(headers: &HeaderMap) -> bool {
         headers.get("x-nsone-key").and_then(|v| v.to_str().ok()) == Some("test-ns1-key")
     }
     async fn read(State(s): State<Stored>, headers: HeaderMap) -> Response {
         if !authorised(&headers) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                axum::Json(serde_json::json!({"message": "Unauthorized"})),
-            )
-                .into_response();
+            return unauthorised();
         }
         match s.lock().unwrap().clone() {
             Some(record) => axum::Json(record).into_response(),
@@ -776,17 +780,25 @@ async fn fake_ns1() -> (
                 .into_response(),
         }
     }
+    async fn zone(State(s): State<Stored>, headers: HeaderMap) -> Response {
+        if !authorised(&headers) {
+            return unauthorised();
+        }
+        let records: Vec<serde_json::Value> = s
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::json!({"domain": r["domain"], "type": r["type"]}))
+            .collect();
+        axum::Json(serde_json::json!({"zone": "example.com", "records": records})).into_response()
+    }
     async fn write(
         State(s): State<Stored>,
         headers: HeaderMap,
         axum::Json(record): axum::Json<serde_json::Value>,
     ) -> Response {
         if !authorised(&headers) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                axum::Json(serde_json::json!({"message": "Unauthorized"})),
-            )
-                .into_response();
+            return unauthorised();
         }
         *s.lock().unwrap() = Some(record.clone());
         axum::Json(record).into_response()
@@ -800,6 +812,7 @@ async fn fake_ns1() -> (
             "/v1/zones/{zone}/{domain}/{rtype}",
             get(read).put(write).post(write),
         )
+        .route("/v1/zones/{zone}", get(zone))
         .with_state(stored.clone());
     tokio::spawn(async move {
         let _ = axum::serve(listener, app)
