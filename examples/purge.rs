@@ -18,6 +18,9 @@
 //! attempts and the time to its last acknowledgement, then the worst case: the window in
 //! which the CDNs may disagree.
 //!
+//! Long lists of items (the purge's, a provider's missed ones) are summarised: the count and
+//! the first few; `--verbose` prints every item.
+//!
 //! A purge some provider cannot do at all (by host or prefix on Fastly, a soft purge on
 //! Cloudflare) is refused before anything is sent to anyone.
 //!
@@ -87,6 +90,30 @@ struct Cli {
     /// Each request's deadline.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = common::parse_duration)]
     timeout: Duration,
+    /// List every item (the purge's, a provider's missed ones) instead of the first few.
+    #[arg(long)]
+    verbose: bool,
+}
+
+/// How many items a summary names before it counts the rest.
+const FIRST_FEW: usize = 5;
+
+/// `items` joined, or the first few and how many more unless `verbose`.
+fn listed<S: AsRef<str>>(items: &[S], verbose: bool) -> String {
+    let shown = if verbose { items.len() } else { FIRST_FEW };
+    let mut out = items
+        .iter()
+        .take(shown)
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > shown {
+        out.push_str(&format!(
+            ", ... and {} more (--verbose lists them all)",
+            items.len() - shown
+        ));
+    }
+    out
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -199,15 +226,7 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
         if items.is_empty() {
             "everything".to_owned()
         } else {
-            format!(
-                "{} item(s): {}",
-                items.len(),
-                items
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            format!("{} item(s): {}", items.len(), listed(&items, cli.verbose))
         }
     );
 
@@ -248,7 +267,11 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
                     f.error
                 );
                 if !f.missed.is_empty() {
-                    common::out!("{:<12}   not purged: {}", "", f.missed.join(", "));
+                    common::out!(
+                        "{:<12}   not purged: {}",
+                        "",
+                        listed(&f.missed, cli.verbose)
+                    );
                 }
                 if let Some(a) = &f.acknowledged {
                     common::out!(

@@ -16,7 +16,7 @@ use axum::routing::any;
 use multicdn_test_support::{EdgeMode, EdgeServer, PurgeApi};
 use tokio::runtime::Runtime;
 
-const ALL_EXAMPLES: [&str; 10] = [
+const ALL_EXAMPLES: [&str; 11] = [
     "policy",
     "quickstart",
     "probe",
@@ -24,6 +24,7 @@ const ALL_EXAMPLES: [&str; 10] = [
     "purge",
     "warm",
     "steer",
+    "deploy",
     "scoreboard",
     "cascade",
     "content-steering",
@@ -405,6 +406,44 @@ fn purge_dry_run_sends_nothing_and_prints_each_providers_batches() {
 }
 
 #[test]
+fn purge_of_4000_tags_prints_the_count_and_the_first_few_unless_verbose() {
+    let rt = Runtime::new().unwrap();
+    let api = rt.block_on(PurgeApi::start()).unwrap();
+    let tags: Vec<String> = (0..4000).map(|i| format!("tag-{i:04}")).collect();
+    let mut rest = vec!["--dry-run"];
+    for t in &tags {
+        rest.extend(["--tag", t.as_str()]);
+    }
+    let args = purge_args(&api, &rest);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run("purge", &args, &TOKENS);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let first = text.lines().next().unwrap();
+    assert_eq!(
+        first,
+        "purge tags, dry run: 4000 item(s): tag-0000, tag-0001, tag-0002, tag-0003, tag-0004, ... and 3995 more (--verbose lists them all)"
+    );
+    assert!(
+        !text.contains("tag-3999"),
+        "{}",
+        &text[..300.min(text.len())]
+    );
+
+    let mut verbose = args.clone();
+    verbose.push("--verbose");
+    let out = run("purge", &verbose, &TOKENS);
+    let first = stdout(&out).lines().next().unwrap().to_owned();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        first.ends_with("tag-3998, tag-3999"),
+        "{}",
+        &first[first.len() - 80..]
+    );
+    assert!(!first.contains("more (--verbose"));
+}
+
+#[test]
 fn purge_acknowledged_everywhere_exits_0_with_ids_and_the_worst_case() {
     let rt = Runtime::new().unwrap();
     let api = rt.block_on(PurgeApi::start()).unwrap();
@@ -705,9 +744,10 @@ fn steer_plan_prints_the_route53_sets_and_diff_without_credentials_exits_2() {
 }
 
 /// A loopback NS1 holding one record: `GET`, `PUT` (create) and `POST` (update) of
-/// `/v1/zones/{zone}/{domain}/{type}`, and the monitor collections (`/v1/data/sources`,
-/// `/v1/lists`, `/v1/monitoring/jobs`, `/v1/data/feeds/{source}`: `GET` lists, `PUT` adds with a
-/// new `id`, `POST .../{id}` replaces), answering 401 to any key but `test-ns1-key`.
+/// `/v1/zones/{zone}/{domain}/{type}`, `GET /v1/zones/{zone}` listing it, and the monitor
+/// collections (`/v1/data/sources`, `/v1/lists`, `/v1/monitoring/jobs`,
+/// `/v1/data/feeds/{source}`: `GET` lists, `PUT` adds with a new `id`, `POST .../{id}`
+/// replaces), answering 401 to any key but `test-ns1-key`.
 async fn fake_ns1() -> (
     String,
     std::sync::Arc<std::sync::Mutex<Option<serde_json::Value>>>,
@@ -719,15 +759,15 @@ async fn fake_ns1() -> (
     use axum::routing::get;
     type Stored = std::sync::Arc<std::sync::Mutex<Option<serde_json::Value>>>;
 
-    fn authorised(headers: &HeaderMap) -> bool {
-        headers.get("x-nsone-key").and_then(|v| v.to_str().ok()) == Some("test-ns1-key")
-    }
     fn unauthorised() -> Response {
         (
             StatusCode::UNAUTHORIZED,
             axum::Json(serde_json::json!({"message": "Unauthorized"})),
         )
             .into_response()
+    }
+    fn authorised(headers: &HeaderMap) -> bool {
+        headers.get("x-nsone-key").and_then(|v| v.to_str().ok()) == Some("test-ns1-key")
     }
     async fn read(State(s): State<Stored>, headers: HeaderMap) -> Response {
         if !authorised(&headers) {
@@ -741,6 +781,18 @@ async fn fake_ns1() -> (
             )
                 .into_response(),
         }
+    }
+    async fn zone(State(s): State<Stored>, headers: HeaderMap) -> Response {
+        if !authorised(&headers) {
+            return unauthorised();
+        }
+        let records: Vec<serde_json::Value> = s
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::json!({"domain": r["domain"], "type": r["type"]}))
+            .collect();
+        axum::Json(serde_json::json!({"zone": "example.com", "records": records})).into_response()
     }
     async fn write(
         State(s): State<Stored>,
@@ -819,6 +871,7 @@ async fn fake_ns1() -> (
             "/v1/zones/{zone}/{domain}/{rtype}",
             get(read).put(write).post(write),
         )
+        .route("/v1/zones/{zone}", get(zone))
         .with_state(stored.clone())
         .merge(monitors);
     tokio::spawn(async move {

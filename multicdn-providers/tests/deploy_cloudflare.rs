@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use multicdn_core::policy::CloudflarePlan;
 use multicdn_core::{Error, Policy, ProviderId, Secret};
-use multicdn_providers::cloudflare::deploy::CloudflareDeployer;
+use multicdn_providers::cloudflare::deploy::{CloudflareDeployer, as_written};
 use multicdn_providers::http::HttpSettings;
 use multicdn_providers::render::RenderMode;
 use multicdn_providers::render::cloudflare_rules::{
     CACHE_PHASE, CloudflareRendering, CloudflareTarget, HEADERS_PHASE, Ruleset, render_cloudflare,
 };
-use multicdn_providers::render::plan::{ChangeOp, DeployError};
+use multicdn_providers::render::plan::{ChangeOp, DeployError, DeployOptions};
 use serde_json::{Value, json};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
@@ -59,14 +59,15 @@ fn ok(result: Value) -> ResponseTemplate {
         .set_body_json(json!({"success": true, "errors": [], "messages": [], "result": result}))
 }
 
-/// The ruleset as Cloudflare returns it: ids, versions and timestamps on every rule.
+/// The ruleset as Cloudflare returns it after multicdn wrote it: ids, versions and timestamps
+/// on every rule, multicdn's mark in every description.
 fn as_deployed(r: &Ruleset, version: &str) -> Value {
     let rules: Vec<Value> = r
         .rules
         .iter()
         .enumerate()
         .map(|(i, rule)| {
-            let mut v = serde_json::to_value(rule).unwrap();
+            let mut v = serde_json::to_value(as_written(rule)).unwrap();
             v["id"] = json!(format!("rule{i}"));
             v["version"] = json!("1");
             v["last_updated"] = json!("2026-11-01T00:00:00Z");
@@ -93,6 +94,18 @@ fn not_found() -> ResponseTemplate {
         "success": false, "errors": [{"code": 10003, "message": "could not find entrypoint ruleset in the http_request_cache_settings phase"}],
         "messages": [], "result": null
     }))
+}
+
+/// One PUT of the cache phase's whole rule list, answered as version 8.
+async fn expect_one_cache_put(server: &MockServer) {
+    Mock::given(method("PUT"))
+        .and(path(entrypoint(CACHE_PHASE)))
+        .and(header("Authorization", format!("Bearer {TOKEN}")))
+        .and(header("Content-Type", "application/json"))
+        .respond_with(ok(json!({"id": "rs", "version": "8", "rules": []})))
+        .expect(1)
+        .mount(server)
+        .await;
 }
 
 fn writes(requests: &[Request]) -> Vec<String> {
@@ -173,11 +186,53 @@ async fn the_plan_diffs_each_phase_by_rule_ref_and_sends_nothing() {
         shown.contains(&format!("{HEADERS_PHASE} (version 3): unchanged")),
         "{shown}"
     );
+    // The console's edit of the defaults rule and its own rule are named as console edits.
+    let edits: Vec<_> = plan
+        .console_edits()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(edits.len(), 2, "{edits:?}");
+    assert!(
+        edits[0].starts_with(&format!(
+            "{CACHE_PHASE}/multicdn-cache-defaults: edited since multicdn wrote it"
+        )),
+        "{edits:?}"
+    );
+    assert!(
+        edits[1].starts_with(&format!("{CACHE_PHASE}/c0ffee: added outside multicdn")),
+        "{edits:?}"
+    );
     assert!(writes(&server.received_requests().await.unwrap()).is_empty());
 }
 
 #[tokio::test]
-async fn applying_without_the_flag_sends_nothing() {
+async fn rules_multicdn_wrote_are_replaced_without_force() {
+    let server = MockServer::start().await;
+    let r = rendering();
+    // An older rendering, written by multicdn: the defaults rule had another edge TTL.
+    let mut older = r.cache_rules.clone();
+    older.rules[0].action_parameters["edge_ttl"]["default"] = json!(600);
+    mount_get(&server, CACHE_PHASE, ok(as_deployed(&older, "7"))).await;
+    mount_get(
+        &server,
+        HEADERS_PHASE,
+        ok(as_deployed(&r.header_rules, "3")),
+    )
+    .await;
+    expect_one_cache_put(&server).await;
+    let d = deployer(&server);
+    let plan = d.plan(&r).await.unwrap();
+    assert!(plan.console_edits().is_empty(), "{plan}");
+    let done = d.apply(&plan, true).await.unwrap();
+    assert_eq!(
+        done.written,
+        [(CACHE_PHASE.to_owned(), Some("8".to_owned()))]
+    );
+}
+
+#[tokio::test]
+async fn applying_without_the_flag_or_over_console_edits_without_force_sends_nothing() {
     let server = MockServer::start().await;
     let r = rendering();
     mount_get(&server, CACHE_PHASE, ok(drifted_cache(&r))).await;
@@ -187,6 +242,16 @@ async fn applying_without_the_flag_sends_nothing() {
     let before = server.received_requests().await.unwrap().len();
     let err = d.apply(&plan, false).await.unwrap_err();
     assert!(matches!(err, DeployError::NotConfirmed { .. }), "{err}");
+    // Confirmed, but the console's edits would be overwritten: refused too.
+    let err = d.apply(&plan, true).await.unwrap_err();
+    let DeployError::ConsoleEdits { edits, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(edits.len(), 2, "{err}");
+    assert!(
+        err.to_string().contains("c0ffee: added outside multicdn"),
+        "{err}"
+    );
     assert_eq!(server.received_requests().await.unwrap().len(), before);
 }
 
@@ -201,14 +266,7 @@ async fn apply_puts_the_whole_rule_list_of_each_changed_phase_only() {
         ok(as_deployed(&r.header_rules, "3")),
     )
     .await;
-    Mock::given(method("PUT"))
-        .and(path(entrypoint(CACHE_PHASE)))
-        .and(header("Authorization", format!("Bearer {TOKEN}")))
-        .and(header("Content-Type", "application/json"))
-        .respond_with(ok(json!({"id": "rs", "version": "8", "rules": []})))
-        .expect(1)
-        .mount(&server)
-        .await;
+    expect_one_cache_put(&server).await;
     Mock::given(method("PUT"))
         .and(path(entrypoint(HEADERS_PHASE)))
         .respond_with(ok(json!({})))
@@ -217,7 +275,10 @@ async fn apply_puts_the_whole_rule_list_of_each_changed_phase_only() {
         .await;
     let d = deployer(&server);
     let plan = d.plan(&r).await.unwrap();
-    let done = d.apply(&plan, true).await.unwrap();
+    let done = d
+        .apply_with(&plan, DeployOptions::default().confirm(true).force(true))
+        .await
+        .unwrap();
     assert_eq!(
         done.written,
         [(CACHE_PHASE.to_owned(), Some("8".to_owned()))]
@@ -228,10 +289,8 @@ async fn apply_puts_the_whole_rule_list_of_each_changed_phase_only() {
         .find(|q| q.method.as_str() == "PUT")
         .unwrap();
     let body: Value = serde_json::from_slice(&put.body).unwrap();
-    assert_eq!(
-        body["rules"],
-        serde_json::to_value(&r.cache_rules.rules).unwrap()
-    );
+    let written: Vec<_> = r.cache_rules.rules.iter().map(as_written).collect();
+    assert_eq!(body["rules"], serde_json::to_value(&written).unwrap());
     assert_eq!(body["rules"][0]["ref"], "multicdn-cache-defaults");
 }
 
@@ -313,7 +372,10 @@ async fn a_plan_made_against_an_older_ruleset_version_is_refused_before_any_writ
     moved["version"] = json!("9");
     mount_get(&server, CACHE_PHASE, ok(moved)).await;
     mount_get(&server, HEADERS_PHASE, not_found()).await;
-    let err = d.apply(&plan, true).await.unwrap_err();
+    let err = d
+        .apply_with(&plan, DeployOptions::default().confirm(true).force(true))
+        .await
+        .unwrap_err();
     assert!(matches!(err, DeployError::PlanOutdated { .. }), "{err}");
     assert!(err.to_string().contains("from version 7 to 9"), "{err}");
     assert!(writes(&server.received_requests().await.unwrap()).is_empty());

@@ -7,11 +7,13 @@
 use std::time::Duration;
 
 use multicdn_core::{Policy, ProviderId, Secret};
-use multicdn_providers::fastly::deploy::{FastlyDeployed, FastlyDeployer};
+use multicdn_providers::fastly::deploy::{FastlyDeployed, FastlyDeployer, as_written};
 use multicdn_providers::http::HttpSettings;
 use multicdn_providers::render::RenderMode;
-use multicdn_providers::render::fastly_vcl::{FastlyRendering, render_fastly};
-use multicdn_providers::render::plan::{ChangeOp, DeployError};
+use multicdn_providers::render::fastly_vcl::{
+    FastlyRendering, Snippet, SnippetKind, render_fastly,
+};
+use multicdn_providers::render::plan::{ChangeOp, DeployError, DeployOptions};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_string_contains, header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
@@ -49,8 +51,20 @@ fn versions(active: u32) -> Value {
     ])
 }
 
-/// Fastly's listing shape: priority as a string, ids and timestamps alongside.
+/// Fastly's listing shape: priority as a string, ids and timestamps alongside; a
+/// `multicdn-...` snippet as multicdn wrote it (digest line included).
 fn listed(name: &str, kind: &str, priority: u32, content: &str) -> Value {
+    let content = if name.starts_with("multicdn-") {
+        as_written(&Snippet {
+            name: name.to_owned(),
+            kind: SnippetKind::parse(kind).unwrap(),
+            priority,
+            content: content.to_owned(),
+        })
+        .content
+    } else {
+        content.to_owned()
+    };
     json!({
         "id": format!("id-{name}"), "service_id": SID, "version": 3, "name": name, "type": kind,
         "priority": priority.to_string(), "dynamic": "0", "content": content,
@@ -80,11 +94,17 @@ async fn mount_reads(server: &MockServer, active: u32, snippets: Vec<Value>) {
         .await;
 }
 
-/// Deployed: recv-routes out of date, an old snippet of ours, someone else's snippet.
+/// Deployed by multicdn from an older policy: recv-routes out of date, an old snippet of
+/// ours; and someone else's snippet.
 fn drifted(r: &FastlyRendering) -> Vec<Value> {
     let mut deployed = deployed_as_rendered(r);
     deployed.retain(|s| s["name"] != "multicdn-hash-cache-key");
-    deployed[0]["content"] = json!("if (req.url.path ~ \"^/checkout\") {\n  return(pass);\n}\n");
+    deployed[0] = listed(
+        "multicdn-recv-routes",
+        "recv",
+        10,
+        "if (req.url.path ~ \"^/checkout\") {\n  return(pass);\n}\n",
+    );
     deployed.push(listed(
         "multicdn-recv-legacy",
         "recv",
@@ -140,6 +160,47 @@ async fn the_plan_lists_every_change_from_the_active_version_and_sends_nothing()
         "{shown}"
     );
     assert!(writes(&server.received_requests().await.unwrap()).is_empty());
+}
+
+#[tokio::test]
+async fn a_snippet_edited_on_the_console_is_not_overwritten_without_force() {
+    let server = MockServer::start().await;
+    let r = rendering();
+    let mut deployed = drifted(&r);
+    // Someone edited multicdn's recv snippet on the console: its digest no longer matches.
+    let edited = deployed[0]["content"]
+        .as_str()
+        .unwrap()
+        .replace("return(pass)", "return(lookup)");
+    deployed[0]["content"] = json!(edited);
+    mount_reads(&server, 3, deployed).await;
+    let d = deployer(&server);
+    let plan = d.plan(&r).await.unwrap();
+    let edits: Vec<_> = plan.console_edits.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        edits,
+        [
+            "multicdn-recv-routes: edited since multicdn wrote it (its multicdn-digest no longer matches)"
+        ]
+    );
+    assert!(
+        plan.to_string()
+            .contains("console edit, overwritten only when forced"),
+        "{plan}"
+    );
+    let err = d.apply(&plan, true).await.unwrap_err();
+    assert!(matches!(err, DeployError::ConsoleEdits { .. }), "{err}");
+    assert!(writes(&server.received_requests().await.unwrap()).is_empty());
+    // Forced, it goes ahead: the clone is the first write.
+    Mock::given(method("PUT"))
+        .and(path(format!("/service/{SID}/version/3/clone")))
+        .and(header("Fastly-Key", TOKEN))
+        .respond_with(ResponseTemplate::new(500))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let forced = DeployOptions::default().confirm(true).force(true);
+    assert!(d.apply_with(&plan, forced).await.is_err());
 }
 
 #[tokio::test]
@@ -256,7 +317,7 @@ async fn apply_clones_replaces_validates_then_activates() {
     let content = &form.iter().find(|(k, _)| k == "content").unwrap().1;
     assert_eq!(
         content,
-        &r.snippet("multicdn-hash-cache-key").unwrap().content
+        &as_written(r.snippet("multicdn-hash-cache-key").unwrap()).content
     );
     assert!(
         requests

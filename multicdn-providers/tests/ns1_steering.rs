@@ -142,6 +142,23 @@ fn not_found() -> ResponseTemplate {
     ResponseTemplate::new(404).set_body_json(json!({"message": "record not found"}))
 }
 
+/// The zone as NS1 lists it (`GET /v1/zones/example.com`): its records' domains and types.
+async fn mount_zone(server: &MockServer, records: &[(&str, &str)]) {
+    let records: Vec<Value> = records
+        .iter()
+        .map(|(domain, rtype)| json!({"domain": domain, "type": rtype, "short_answers": ["192.0.2.1"], "ttl": 300}))
+        .collect();
+    Mock::given(method("GET"))
+        .and(path("/v1/zones/example.com"))
+        .and(header("X-NSONE-Key", "ns1-key-123"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(
+            json!({"zone": "example.com", "id": "zone-1", "ttl": 3600, "records": records}),
+        ))
+        .expect(1)
+        .mount(server)
+        .await;
+}
+
 async fn writes(server: &MockServer) -> Vec<wiremock::Request> {
     server
         .received_requests()
@@ -160,6 +177,7 @@ async fn a_new_record_is_created_with_the_exact_body() {
         .respond_with(not_found())
         .mount(&server)
         .await;
+    mount_zone(&server, &[("example.com", "NS"), ("api.example.com", "A")]).await;
     Mock::given(method("PUT"))
         .and(path(RECORD))
         .and(header("X-NSONE-Key", "ns1-key-123"))
@@ -292,6 +310,7 @@ async fn no_geofence_regional_filter_without_georegion_metadata() {
         .respond_with(not_found())
         .mount(&server)
         .await;
+    mount_zone(&server, &[("example.com", "NS"), ("api.example.com", "A")]).await;
     let dry = steerer(&server).dry_run(&plan(90.0)).await.unwrap();
     assert!(
         dry.record
@@ -404,6 +423,7 @@ async fn a_429_is_honoured_then_the_call_succeeds() {
         .respond_with(not_found())
         .mount(&server)
         .await;
+    mount_zone(&server, &[("example.com", "NS"), ("api.example.com", "A")]).await;
     Mock::given(method("PUT"))
         .and(path(RECORD))
         .respond_with(
@@ -425,7 +445,7 @@ async fn a_429_is_honoured_then_the_call_succeeds() {
         .apply(&plan(90.0), &ApplyOptions::default())
         .await
         .unwrap();
-    assert_eq!(server.received_requests().await.unwrap().len(), 5);
+    assert_eq!(server.received_requests().await.unwrap().len(), 6);
 }
 
 #[tokio::test]
@@ -501,4 +521,36 @@ async fn a_plan_changing_too_many_cohorts_is_refused_unless_forced() {
         .await
         .unwrap();
     assert_eq!(writes(&server).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_new_cname_beside_other_types_at_the_name_is_refused_before_any_write() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path(RECORD))
+        .and(header("X-NSONE-Key", "ns1-key-123"))
+        .respond_with(not_found())
+        .mount(&server)
+        .await;
+    mount_zone(
+        &server,
+        &[
+            ("example.com", "NS"),
+            ("www.example.com", "A"),
+            ("WWW.example.com.", "AAAA"),
+            ("api.example.com", "MX"),
+        ],
+    )
+    .await;
+    let err = steerer(&server)
+        .apply(&plan(90.0), &ApplyOptions::default().force(true))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidRequest { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("www.example.com already holds A, AAAA records"),
+        "{err}"
+    );
+    assert!(writes(&server).await.is_empty());
 }

@@ -13,7 +13,17 @@
 //!
 //! [`CloudflareDeployer::drift`] reads both rulesets back and reports every rule that differs
 //! from the rendering (ids, versions and timestamps Cloudflare adds are not compared).
+//!
+//! ## Console edits
+//! Every rule multicdn writes carries ` [multicdn <16 hex>]` at the end of its description:
+//! the [`fingerprint`] of the rule as written. A rule whose `ref` is not `multicdn-...`
+//! (added on the console), or whose fingerprint is missing or no longer matches (edited
+//! there), is a console edit: the plan lists it in [`CloudflareDeployPlan::console_edits`]
+//! when the PUT would overwrite or drop it, and [`CloudflareDeployer::apply_with`] refuses
+//! such a plan unless forced. The mark is stripped on reading, so plans and drift compare the
+//! rules alone.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use multicdn_core::policy::ProviderSpec;
@@ -22,8 +32,11 @@ use reqwest::{Method, RequestBuilder};
 use serde_json::{Value, json};
 
 use crate::http::{Answer, HttpSettings, VendorHttp, encode_segment};
-use crate::render::cloudflare_rules::{CloudflareRendering, Rule, Ruleset};
-use crate::render::plan::{Change, DeployError, Drift, diff};
+use crate::render::cloudflare_rules::{CloudflareRendering, RULE_PREFIX, Rule, Ruleset, sorted};
+use crate::render::plan::{
+    Change, ConsoleEdit, DeployError, DeployOptions, Drift, PlannedCall, console_edits, diff,
+    fingerprint,
+};
 use crate::spec::required_field;
 
 /// Deploys rendered rulesets to one Cloudflare zone.
@@ -55,8 +68,66 @@ pub struct DeployedRuleset {
     pub id: Option<String>,
     /// Its version (changes on every write).
     pub version: Option<String>,
-    /// Its rules keyed by `ref` (or `id:<id>` for a rule without one), in order.
+    /// Its rules keyed by `ref` (or `id:<id>` for a rule without one), in order, each
+    /// description without multicdn's mark.
     pub rules: Vec<(String, Rule)>,
+    /// Rules multicdn did not write as they are (added or edited outside multicdn), keyed as
+    /// in `rules`, with what was found.
+    pub unverified: BTreeMap<String, String>,
+}
+
+/// How the mark multicdn appends to each rule's description starts.
+const MARK: &str = " [multicdn ";
+
+fn rule_fingerprint(r: &Rule) -> String {
+    let parameters = sorted(r.action_parameters.clone()).to_string();
+    fingerprint(&[
+        &r.reference,
+        &r.description,
+        &r.expression,
+        &r.action,
+        &parameters,
+        if r.enabled { "on" } else { "off" },
+    ])
+}
+
+/// The rule as multicdn writes it: its description followed by the mark.
+pub fn as_written(r: &Rule) -> Rule {
+    Rule {
+        description: format!("{}{MARK}{}]", r.description, rule_fingerprint(r)),
+        ..r.clone()
+    }
+}
+
+/// `r` with multicdn's mark stripped from its description, and `None` when multicdn wrote it
+/// as it is, or what was found instead.
+fn read_written(mut r: Rule) -> (Rule, Option<String>) {
+    if !r.reference.starts_with(RULE_PREFIX) {
+        return (
+            r,
+            Some("added outside multicdn (its ref is not multicdn-...)".into()),
+        );
+    }
+    let marked = r
+        .description
+        .strip_suffix(']')
+        .and_then(|d| d.rsplit_once(MARK))
+        .map(|(d, mark)| (d.to_owned(), mark.to_owned()));
+    let Some((description, mark)) = marked else {
+        return (
+            r,
+            Some("not written by multicdn (its description has no multicdn mark)".into()),
+        );
+    };
+    r.description = description;
+    if rule_fingerprint(&r) == mark {
+        (r, None)
+    } else {
+        (
+            r,
+            Some("edited since multicdn wrote it (its multicdn mark no longer matches)".into()),
+        )
+    }
 }
 
 /// What a deploy would change in one phase.
@@ -70,6 +141,8 @@ pub struct PhasePlan {
     pub rendered: Ruleset,
     /// Rule additions, updates and removals.
     pub changes: Vec<Change<Rule>>,
+    /// Rules the PUT would overwrite or drop that multicdn did not write as they are.
+    pub console_edits: Vec<ConsoleEdit>,
 }
 
 /// What a deploy would change on Cloudflare, computed before anything is written.
@@ -88,6 +161,49 @@ impl CloudflareDeployPlan {
     pub fn is_empty(&self) -> bool {
         self.phases.iter().all(|p| p.changes.is_empty())
     }
+
+    /// Every console edit of every phase, keyed `phase/ref`.
+    pub fn console_edits(&self) -> Vec<ConsoleEdit> {
+        self.phases
+            .iter()
+            .flat_map(|p| {
+                p.console_edits.iter().map(|e| ConsoleEdit {
+                    key: format!("{}/{}", p.phase, e.key),
+                    what: e.what.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Every write applying the plan sends, in order, as it will be sent: one PUT of the
+    /// whole rule list per phase that changes. Empty when there is nothing to change.
+    pub fn calls(&self) -> Vec<PlannedCall> {
+        self.phases
+            .iter()
+            .filter(|p| !p.changes.is_empty())
+            .map(|p| PlannedCall {
+                method: "PUT",
+                path: entrypoint_path(&self.zone_id, &p.phase),
+                body: format!(
+                    "json: description, {} rule(s) ({}), each marked",
+                    p.rendered.rules.len(),
+                    p.rendered
+                        .rules
+                        .iter()
+                        .map(|r| r.reference.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })
+            .collect()
+    }
+}
+
+fn entrypoint_path(zone_id: &str, phase: &str) -> String {
+    format!(
+        "/zones/{zone_id}/rulesets/phases/{}/entrypoint",
+        encode_segment(phase)
+    )
 }
 
 impl fmt::Display for CloudflareDeployPlan {
@@ -110,6 +226,9 @@ impl fmt::Display for CloudflareDeployPlan {
             )?;
             for c in &p.changes {
                 write!(f, "\n    {}", c.to_string().replace('\n', "\n  "))?;
+            }
+            for e in &p.console_edits {
+                write!(f, "\n    console edit, overwritten only when forced: {e}")?;
             }
         }
         Ok(())
@@ -184,11 +303,7 @@ impl CloudflareDeployer {
     }
 
     fn path(&self, phase: &str) -> String {
-        format!(
-            "/zones/{}/rulesets/phases/{}/entrypoint",
-            self.zone_id,
-            encode_segment(phase)
-        )
+        entrypoint_path(&self.zone_id, phase)
     }
 
     /// Reads an answer's envelope: `Ok(None)` for a 404 when `missing_ok`, the `result` of a
@@ -230,6 +345,7 @@ impl CloudflareDeployer {
             Some(other) => return Err(unexpected(format!("rules is not a list: {other}"))),
         };
         let mut out = Vec::with_capacity(rules.len());
+        let mut unverified = BTreeMap::new();
         for (i, r) in rules.iter().enumerate() {
             let text = |field: &str| r.get(field).and_then(Value::as_str).map(str::to_owned);
             let reference = text("ref");
@@ -244,17 +360,18 @@ impl CloudflareDeployer {
             let Some(expression) = text("expression") else {
                 return Err(unexpected(format!("rule {key} has no expression")));
             };
-            out.push((
-                key.clone(),
-                Rule {
-                    reference: reference.unwrap_or(key),
-                    description: text("description").unwrap_or_default(),
-                    expression,
-                    action,
-                    action_parameters: r.get("action_parameters").cloned().unwrap_or(Value::Null),
-                    enabled: r.get("enabled").and_then(Value::as_bool).unwrap_or(true),
-                },
-            ));
+            let (rule, found) = read_written(Rule {
+                reference: reference.unwrap_or_else(|| key.clone()),
+                description: text("description").unwrap_or_default(),
+                expression,
+                action,
+                action_parameters: r.get("action_parameters").cloned().unwrap_or(Value::Null),
+                enabled: r.get("enabled").and_then(Value::as_bool).unwrap_or(true),
+            });
+            if let Some(what) = found {
+                unverified.insert(key.clone(), what);
+            }
+            out.push((key, rule));
         }
         Ok(DeployedRuleset {
             id: result.get("id").and_then(Value::as_str).map(str::to_owned),
@@ -264,6 +381,7 @@ impl CloudflareDeployer {
                     .or_else(|| v.as_u64().map(|n| n.to_string()))
             }),
             rules: out,
+            unverified,
         })
     }
 
@@ -275,15 +393,18 @@ impl CloudflareDeployer {
         let mut phases = Vec::new();
         for ruleset in rendering.rulesets() {
             let deployed = self.entrypoint(&ruleset.phase).await?;
-            let (version, rules) = match deployed {
-                Some(d) => (d.version, d.rules),
-                None => (None, Vec::new()),
+            let (version, rules, unverified) = match deployed {
+                Some(d) => (d.version, d.rules, d.unverified),
+                None => (None, Vec::new(), BTreeMap::new()),
             };
+            let changes = diff(&rules, &keyed(ruleset));
+            let console_edits = console_edits(&changes, &unverified);
             phases.push(PhasePlan {
                 phase: ruleset.phase.clone(),
                 deployed_version: version,
                 rendered: ruleset.clone(),
-                changes: diff(&rules, &keyed(ruleset)),
+                changes,
+                console_edits,
             });
         }
         Ok(CloudflareDeployPlan {
@@ -293,16 +414,27 @@ impl CloudflareDeployer {
         })
     }
 
-    /// Applies `plan`; `confirm` must be `true` or nothing is sent.
+    /// Applies `plan`; `confirm` must be `true` or nothing is sent. A plan with
+    /// [console edits](CloudflareDeployPlan::console_edits) is refused; see
+    /// [`Self::apply_with`].
     pub async fn apply(
         &self,
         plan: &CloudflareDeployPlan,
         confirm: bool,
     ) -> Result<CloudflareDeployed, DeployError> {
-        if !confirm {
-            return Err(DeployError::NotConfirmed {
-                provider: self.id.clone(),
-            });
+        self.apply_with(plan, DeployOptions::default().confirm(confirm))
+            .await
+    }
+
+    /// Applies `plan` when `options.confirm`; a plan that would overwrite or drop console
+    /// edits only with `options.force`. Refusals send nothing.
+    pub async fn apply_with(
+        &self,
+        plan: &CloudflareDeployPlan,
+        options: DeployOptions,
+    ) -> Result<CloudflareDeployed, DeployError> {
+        if let Some(refusal) = options.refusal(&self.id, &plan.console_edits()) {
+            return Err(refusal);
         }
         if plan.provider != self.id || plan.zone_id != self.zone_id {
             return Err(DeployError::PlanOutdated {
@@ -334,9 +466,10 @@ impl CloudflareDeployer {
         for p in changing {
             let path = self.path(&p.phase);
             let label = format!("PUT {path}");
+            let rules: Vec<Rule> = p.rendered.rules.iter().map(as_written).collect();
             let body = json!({
                 "description": "multicdn: rendered from the policy's cache section",
-                "rules": p.rendered.rules,
+                "rules": rules,
             });
             let sent = self
                 .http
@@ -411,4 +544,59 @@ fn keyed(ruleset: &Ruleset) -> Vec<(String, Rule)> {
         .iter()
         .map(|r| (r.reference.clone(), r.clone()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule() -> Rule {
+        Rule {
+            reference: "multicdn-cache-route-0".into(),
+            description: "cache.routes[0]: ^/products/".into(),
+            expression: "(starts_with(http.request.uri.path, \"/products/\"))".into(),
+            action: "set_cache_settings".into(),
+            action_parameters: json!({"cache": true, "edge_ttl": {"mode": "override_origin", "default": 3600}}),
+            enabled: true,
+        }
+    }
+
+    #[test]
+    fn a_rule_as_written_reads_back_as_rendered_and_verified() {
+        let r = rule();
+        let w = as_written(&r);
+        assert!(
+            w.description
+                .starts_with("cache.routes[0]: ^/products/ [multicdn ")
+        );
+        assert_eq!(read_written(w), (r, None));
+    }
+
+    #[test]
+    fn a_rule_keeps_its_mark_whatever_order_cloudflare_lists_parameters_in() {
+        let mut w = as_written(&rule());
+        w.action_parameters =
+            json!({"edge_ttl": {"default": 3600, "mode": "override_origin"}, "cache": true});
+        assert_eq!(read_written(w).1, None);
+    }
+
+    #[test]
+    fn edited_unmarked_and_foreign_rules_are_not_verified() {
+        let mut edited = as_written(&rule());
+        edited.action_parameters["edge_ttl"]["default"] = json!(600);
+        let (back, found) = read_written(edited);
+        assert_eq!(back.description, rule().description, "the mark is stripped");
+        assert!(found.unwrap().contains("edited since multicdn wrote it"));
+        assert!(read_written(rule()).1.unwrap().contains("no multicdn mark"));
+        let foreign = Rule {
+            reference: "c0ffee".into(),
+            ..rule()
+        };
+        assert!(
+            read_written(foreign)
+                .1
+                .unwrap()
+                .contains("added outside multicdn")
+        );
+    }
 }

@@ -13,7 +13,16 @@
 //!
 //! [`FastlyDeployer::drift`] reads the active version back and reports every snippet that
 //! differs from the rendering.
+//!
+//! ## Console edits
+//! Every snippet multicdn writes ends with a comment line `# multicdn-digest: <16 hex>`, the
+//! [`fingerprint`] of its type, priority and content as written. A `multicdn-...` snippet whose
+//! digest line is missing or no longer matches was changed outside multicdn (on the console,
+//! say): the plan lists it in [`FastlyDeployPlan::console_edits`] when it would overwrite or
+//! delete it, and [`FastlyDeployer::apply_with`] refuses such a plan unless forced. The digest
+//! line is stripped on reading, so plans and drift compare the VCL alone.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use multicdn_core::policy::ProviderSpec;
@@ -24,7 +33,10 @@ use serde_json::Value;
 use super::wire;
 use crate::http::{Answer, HttpSettings, VendorHttp, encode_segment, secret_header};
 use crate::render::fastly_vcl::{FastlyRendering, SNIPPET_PREFIX, Snippet, SnippetKind};
-use crate::render::plan::{Change, ChangeOp, DeployError, Drift, diff};
+use crate::render::plan::{
+    Change, ChangeOp, ConsoleEdit, DeployError, DeployOptions, Drift, PlannedCall, console_edits,
+    diff, fingerprint,
+};
 use crate::spec::required_field;
 
 /// Deploys rendered snippets to one Fastly service.
@@ -61,10 +73,14 @@ pub struct FastlyDeployPlan {
     pub base_version: u32,
     /// Whether `base_version` is active.
     pub base_active: bool,
+    /// The service's newest version: the clone will be the next one.
+    pub latest_version: u32,
     /// Snippet additions, updates and removals, in the order they will be sent.
     pub changes: Vec<Change<Snippet>>,
     /// Snippets on the service that the renderer does not own (left alone).
     pub unmanaged: Vec<String>,
+    /// Snippets the changes would overwrite or delete that multicdn did not write as they are.
+    pub console_edits: Vec<ConsoleEdit>,
 }
 
 impl FastlyDeployPlan {
@@ -72,6 +88,104 @@ impl FastlyDeployPlan {
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
+
+    /// Every write applying the plan sends, in order, as it will be sent (the draft's number
+    /// is the one Fastly gives the clone: the next after [`Self::latest_version`]). Empty
+    /// when there is nothing to change.
+    pub fn calls(&self) -> Vec<PlannedCall> {
+        if self.changes.is_empty() {
+            return Vec::new();
+        }
+        let sid = &self.service_id;
+        let draft = self.latest_version.saturating_add(1);
+        let mut out = vec![PlannedCall {
+            method: "PUT",
+            path: format!("/service/{sid}/version/{}/clone", self.base_version),
+            body: String::new(),
+        }];
+        for w in snippet_writes(sid, draft, &self.changes) {
+            out.push(PlannedCall {
+                method: verb(&w.method),
+                path: w.path,
+                body: w.summary,
+            });
+        }
+        out.push(PlannedCall {
+            method: "GET",
+            path: format!("/service/{sid}/version/{draft}/validate"),
+            body: String::new(),
+        });
+        out.push(PlannedCall {
+            method: "PUT",
+            path: format!("/service/{sid}/version/{draft}/activate"),
+            body: String::new(),
+        });
+        out
+    }
+}
+
+/// One snippet write on the draft.
+struct SnippetWrite {
+    method: Method,
+    path: String,
+    form: Option<Vec<(&'static str, String)>>,
+    summary: String,
+}
+
+/// The name of a write's method, as a plan shows it.
+fn verb(m: &Method) -> &'static str {
+    match *m {
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        _ => "GET",
+    }
+}
+
+/// The snippet writes of `changes` on draft version `draft`, in order.
+fn snippet_writes(sid: &str, draft: u32, changes: &[Change<Snippet>]) -> Vec<SnippetWrite> {
+    let snippets = format!("/service/{sid}/version/{draft}/snippet");
+    let mut out = Vec::new();
+    for change in changes {
+        let named = format!("{snippets}/{}", encode_segment(&change.key));
+        match (change.op, &change.rendered) {
+            (ChangeOp::Remove, _) => out.push(SnippetWrite {
+                method: Method::DELETE,
+                path: named,
+                form: None,
+                summary: String::new(),
+            }),
+            (ChangeOp::Add, Some(s)) => {
+                let mut form = fields(s);
+                form.insert(0, ("name", s.name.clone()));
+                form.push(("dynamic", "0".to_owned()));
+                out.push(SnippetWrite {
+                    method: Method::POST,
+                    path: snippets.clone(),
+                    form: Some(form),
+                    summary: format!("form: name={}, {}, dynamic=0", s.name, field_summary(s)),
+                });
+            }
+            (ChangeOp::Update, Some(s)) => out.push(SnippetWrite {
+                method: Method::PUT,
+                path: named,
+                form: Some(fields(s)),
+                summary: format!("form: {}", field_summary(s)),
+            }),
+            // A plan's additions and updates always carry the rendered snippet.
+            (_, None) => {}
+        }
+    }
+    out
+}
+
+fn field_summary(s: &Snippet) -> String {
+    format!(
+        "type={}, priority={}, content={} line(s) + digest",
+        s.kind,
+        s.priority,
+        s.content.lines().count()
+    )
 }
 
 impl fmt::Display for FastlyDeployPlan {
@@ -106,6 +220,9 @@ impl fmt::Display for FastlyDeployPlan {
                 self.unmanaged.join(", ")
             )?;
         }
+        for e in &self.console_edits {
+            write!(f, "\n  console edit, overwritten only when forced: {e}")?;
+        }
         Ok(())
     }
 }
@@ -135,6 +252,57 @@ pub struct DeployedSnippets {
     pub managed: Vec<Snippet>,
     /// Other snippets' names.
     pub unmanaged: Vec<String>,
+    /// `multicdn-...` snippets multicdn did not write as they are (no digest line, or one that
+    /// no longer matches), with what was found.
+    pub unverified: BTreeMap<String, String>,
+}
+
+/// The digest line multicdn appends to every snippet it writes.
+const DIGEST_LINE: &str = "# multicdn-digest: ";
+
+fn snippet_fingerprint(kind: SnippetKind, priority: u32, content: &str) -> String {
+    fingerprint(&[kind.as_str(), &priority.to_string(), content])
+}
+
+/// The snippet as multicdn writes it: its content followed by the digest line.
+pub fn as_written(s: &Snippet) -> Snippet {
+    let sep = if s.content.is_empty() || s.content.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    let digest = snippet_fingerprint(s.kind, s.priority, &s.content);
+    Snippet {
+        content: format!("{}{sep}{DIGEST_LINE}{digest}\n", s.content),
+        ..s.clone()
+    }
+}
+
+/// A deployed snippet's content without multicdn's digest line, and `None` when the digest
+/// matches (multicdn wrote it as it is) or what was found instead.
+fn read_written(kind: SnippetKind, priority: u32, content: &str) -> (String, Option<String>) {
+    let at = if content.starts_with(DIGEST_LINE) {
+        Some(0)
+    } else {
+        content.rfind(&format!("\n{DIGEST_LINE}")).map(|i| i + 1)
+    };
+    let Some(at) = at else {
+        return (
+            content.to_owned(),
+            Some("not written by multicdn (it has no multicdn-digest line)".to_owned()),
+        );
+    };
+    let body = &content[..at];
+    let digest = content[at + DIGEST_LINE.len()..].trim();
+    for candidate in [body, body.strip_suffix('\n').unwrap_or(body)] {
+        if snippet_fingerprint(kind, priority, candidate) == digest {
+            return (candidate.to_owned(), None);
+        }
+    }
+    (
+        body.to_owned(),
+        Some("edited since multicdn wrote it (its multicdn-digest no longer matches)".to_owned()),
+    )
 }
 
 impl FastlyDeployer {
@@ -332,15 +500,16 @@ impl FastlyDeployer {
                     self.unexpected(&label, format!("snippet {name:?} has no readable priority"))
                 );
             };
+            let raw = s.get("content").and_then(Value::as_str).unwrap_or_default();
+            let (content, unverified) = read_written(kind, priority, raw);
+            if let Some(what) = unverified {
+                out.unverified.insert(name.to_owned(), what);
+            }
             out.managed.push(Snippet {
                 name: name.to_owned(),
                 kind,
                 priority,
-                content: s
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
+                content,
             });
         }
         out.managed.sort_by(|a, b| a.name.cmp(&b.name));
@@ -353,35 +522,39 @@ impl FastlyDeployer {
         let (active, latest) = self.versions().await?;
         let base_version = active.unwrap_or(latest);
         let deployed = self.snippets(base_version).await?;
+        let changes = diff(&keyed(&deployed.managed), &keyed(&rendering.snippets));
         Ok(FastlyDeployPlan {
             provider: self.id.clone(),
             service_id: self.service_id.clone(),
             base_version,
             base_active: active.is_some(),
-            changes: diff(&keyed(&deployed.managed), &keyed(&rendering.snippets)),
+            latest_version: latest,
+            console_edits: console_edits(&changes, &deployed.unverified),
+            changes,
             unmanaged: deployed.unmanaged,
         })
     }
 
-    /// Applies `plan`; `confirm` must be `true` or nothing is sent.
+    /// Applies `plan`; `confirm` must be `true` or nothing is sent. A plan with
+    /// [console edits](FastlyDeployPlan::console_edits) is refused; see [`Self::apply_with`].
     pub async fn apply(
         &self,
         plan: &FastlyDeployPlan,
         confirm: bool,
     ) -> Result<FastlyDeployed, DeployError> {
-        if !confirm {
-            return Err(DeployError::NotConfirmed {
-                provider: self.id.clone(),
-            });
-        }
-        if plan.provider != self.id || plan.service_id != self.service_id {
-            return Err(DeployError::PlanOutdated {
-                provider: self.id.clone(),
-                what: format!(
-                    "the plan is for {} service {}",
-                    plan.provider, plan.service_id
-                ),
-            });
+        self.apply_with(plan, DeployOptions::default().confirm(confirm))
+            .await
+    }
+
+    /// Applies `plan` when `options.confirm`; a plan that would overwrite console edits only
+    /// with `options.force`. Refusals send nothing.
+    pub async fn apply_with(
+        &self,
+        plan: &FastlyDeployPlan,
+        options: DeployOptions,
+    ) -> Result<FastlyDeployed, DeployError> {
+        if let Some(refusal) = options.refusal(&self.id, &plan.console_edits) {
+            return Err(refusal);
         }
         let (active, latest) = self.versions().await?;
         let now = active.unwrap_or(latest);
@@ -415,35 +588,20 @@ impl FastlyDeployer {
             ),
             source,
         };
-        let snippets = format!("/service/{sid}/version/{draft}/snippet");
-        for change in &plan.changes {
-            let named = format!("{snippets}/{}", encode_segment(&change.key));
-            match (change.op, &change.rendered) {
-                (ChangeOp::Remove, _) => {
-                    self.call(Method::DELETE, &named, None)
-                        .await
-                        .map_err(partial)?;
-                }
-                (ChangeOp::Add, Some(s)) => {
-                    let mut form = fields(s);
-                    form.insert(0, ("name", s.name.clone()));
-                    form.push(("dynamic", "0".to_owned()));
-                    self.call(Method::POST, &snippets, Some(form))
-                        .await
-                        .map_err(partial)?;
-                }
-                (ChangeOp::Update, Some(s)) => {
-                    self.call(Method::PUT, &named, Some(fields(s)))
-                        .await
-                        .map_err(partial)?;
-                }
-                (_, None) => {
-                    return Err(DeployError::PlanOutdated {
-                        provider: self.id.clone(),
-                        what: format!("the change to {} has no rendered snippet", change.key),
-                    });
-                }
-            }
+        if let Some(c) = plan
+            .changes
+            .iter()
+            .find(|c| c.op != ChangeOp::Remove && c.rendered.is_none())
+        {
+            return Err(DeployError::PlanOutdated {
+                provider: self.id.clone(),
+                what: format!("the change to {} has no rendered snippet", c.key),
+            });
+        }
+        for w in snippet_writes(sid, draft, &plan.changes) {
+            self.call(w.method, &w.path, w.form)
+                .await
+                .map_err(partial)?;
         }
         let validate = format!("/service/{sid}/version/{draft}/validate");
         let verdict = self.validation(&validate).await.map_err(partial)?;
@@ -507,11 +665,12 @@ fn keyed(snippets: &[Snippet]) -> Vec<(String, Snippet)> {
         .collect()
 }
 
-/// The form fields of a snippet write (without `name`).
+/// The form fields of a snippet write (without `name`): the content as written, digest line
+/// included.
 fn fields(s: &Snippet) -> Vec<(&'static str, String)> {
     vec![
         ("type", s.kind.as_str().to_owned()),
-        ("content", s.content.clone()),
+        ("content", as_written(s).content),
         ("priority", s.priority.to_string()),
     ]
 }
@@ -552,6 +711,42 @@ mod tests {
         assert_eq!(as_u32(&serde_json::json!("100")), Some(100));
         assert_eq!(as_u32(&serde_json::json!("x")), None);
         assert_eq!(as_u32(&serde_json::json!(-1)), None);
+    }
+
+    fn snippet(content: &str) -> Snippet {
+        Snippet {
+            name: "multicdn-recv-routes".into(),
+            kind: SnippetKind::Recv,
+            priority: 10,
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn a_snippet_as_written_reads_back_as_rendered_and_verified() {
+        for content in ["return(pass);\n", "return(pass);", ""] {
+            let s = snippet(content);
+            let w = as_written(&s);
+            assert!(w.content.contains(DIGEST_LINE), "{:?}", w.content);
+            assert_eq!(
+                read_written(s.kind, s.priority, &w.content),
+                (content.to_owned(), None)
+            );
+        }
+    }
+
+    #[test]
+    fn an_edited_or_unmarked_snippet_is_not_verified() {
+        let w = as_written(&snippet("return(pass);\n"));
+        let edited = w.content.replace("pass", "lookup");
+        let (content, found) = read_written(SnippetKind::Recv, 10, &edited);
+        assert_eq!(content, "return(lookup);\n");
+        assert!(found.unwrap().contains("edited since multicdn wrote it"));
+        // The same VCL at another priority was edited too.
+        assert!(read_written(SnippetKind::Recv, 20, &w.content).1.is_some());
+        let (content, found) = read_written(SnippetKind::Recv, 10, "return(pass);\n");
+        assert_eq!(content, "return(pass);\n");
+        assert!(found.unwrap().contains("no multicdn-digest line"));
     }
 
     #[test]

@@ -7,11 +7,16 @@
 //! (method and path, never a credential), with the vendor's code and message, and whether the
 //! call may have applied. Vendors differ only in how an answer is read: each adapter passes a
 //! `read` function that turns status, headers and body into a value or an error.
+//!
+//! Every error [`VendorHttp::send`] returns is redacted: the request's credential values, and
+//! the value of any credential header a vendor echoes back (`Authorization`, `Fastly-Key`,
+//! `X-NSONE-Key`, `X-Amz-Security-Token`, SigV4 signatures), read `[redacted]`.
 
 mod base_url;
 pub(crate) mod batch;
 mod pace;
 mod path;
+mod redact;
 mod retry_after;
 
 use std::fmt;
@@ -25,6 +30,7 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 pub use base_url::check_base_url;
 pub use pace::{DEFAULT_PACE_MARGIN, Pacer};
 pub use path::encode_segment;
+pub use redact::{REDACTED, redact, redact_error, request_secrets};
 pub use retry_after::{parse_fastly_reset, parse_retry_after};
 
 /// Timeouts and retry settings.
@@ -259,7 +265,14 @@ impl VendorHttp {
             for (pacer, cost) in budgets {
                 pacer.acquire(*cost).await;
             }
-            let outcome = match build().send().await {
+            let (client, request) = build().build_split();
+            let request = match request {
+                Ok(r) => r,
+                Err(e) => return Err(self.transport_error(label, &e)),
+            };
+            // The request's own credentials, to keep out of anything an error says.
+            let secrets = request_secrets(request.headers());
+            let outcome = match client.execute(request).await {
                 Ok(response) => {
                     let status = response.status();
                     let headers = response.headers().clone();
@@ -276,7 +289,7 @@ impl VendorHttp {
             };
             let err = match outcome {
                 Ok(value) => return Ok(Sent { value, attempts }),
-                Err(err) => err,
+                Err(err) => redact_error(err, &secrets),
             };
             if !err.is_retryable() {
                 return Err(err);

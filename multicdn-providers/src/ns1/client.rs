@@ -190,6 +190,30 @@ impl Ns1Client {
         .await
     }
 
+    /// The record types the zone holds at `domain` (`GET /v1/zones/{zone}`, whose `records`
+    /// list every record's `domain` and `type`), compared without case or trailing dot.
+    pub async fn types_at(&self, zone: &str, domain: &str) -> Result<Vec<String>, Error> {
+        let path = format!("/zones/{zone}");
+        let answer: Value = self.must(Method::GET, &path, None).await?;
+        let Some(records) = answer.get("records").and_then(Value::as_array) else {
+            return Err(Error::UnexpectedResponse {
+                provider: provider_id(),
+                request: format!("GET /v1{path}"),
+                message: "the zone has no records list".into(),
+            });
+        };
+        let wanted = domain.trim_end_matches('.');
+        Ok(records
+            .iter()
+            .filter(|r| {
+                r.get("domain")
+                    .and_then(Value::as_str)
+                    .is_some_and(|d| d.trim_end_matches('.').eq_ignore_ascii_case(wanted))
+            })
+            .filter_map(|r| r.get("type").and_then(Value::as_str).map(str::to_owned))
+            .collect())
+    }
+
     /// Creates the record (`PUT`). NS1's echo of the record is not interpreted.
     pub async fn create_record(&self, record: &Ns1Record) -> Result<(), Error> {
         let path = format!("/zones/{}/{}/{}", record.zone, record.domain, record.rtype);

@@ -214,13 +214,23 @@ impl Ns1Steerer {
     }
 
     /// The dry run: what applying `plan` would send. Fails before any request when the plan
-    /// is invalid.
+    /// is invalid, and before any write when the record is new and the zone already holds
+    /// other record types at its name (a CNAME cannot stand beside them).
     pub async fn dry_run(&self, plan: &SteeringPlan) -> Result<Ns1Diff, Error> {
         let record = self.build(plan)?;
         let existing = self
             .client
             .get_record(&record.zone, &record.domain, &record.rtype)
             .await?;
+        if existing.is_none() {
+            // A new CNAME: NS1 refuses one beside other types at the name; say so first.
+            let types = self.client.types_at(&record.zone, &record.domain).await?;
+            crate::dns::check_cname_alone(&record.domain, types.iter().map(String::as_str))
+                .map_err(|message| Error::InvalidRequest {
+                    provider: provider_id(),
+                    message: format!("plan for {}: {message}", plan.record),
+                })?;
+        }
         let state = existing
             .as_ref()
             .map(|r| read_state(r, &self.inputs.edges))

@@ -228,7 +228,7 @@ impl PlanItem for Rule {
 }
 
 /// `v` with every object's keys in sorted order, whichever map type serde_json was built with.
-fn sorted(v: Value) -> Value {
+pub(crate) fn sorted(v: Value) -> Value {
     match v {
         Value::Object(map) => {
             let mut entries: Vec<(String, Value)> = map.into_iter().collect();

@@ -1,6 +1,7 @@
 //! Diffing a rendering against what a provider has deployed: the plan shown before anything
 //! is sent, and the drift report read back afterwards. Pure: both sides are values.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use multicdn_core::ProviderId;
@@ -162,6 +163,118 @@ impl<T: PlanItem> fmt::Display for Drift<T> {
     }
 }
 
+/// A fingerprint of what multicdn wrote (FNV-1a, 64 bits, as 16 hex digits): stored beside a
+/// snippet or rule it writes, so a later read can tell whether someone changed it since. Not a
+/// security measure: it detects edits, it does not authenticate them.
+pub fn fingerprint(parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in part.bytes().chain(std::iter::once(0xff)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// One call a plan would make, as it will be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedCall {
+    /// `PUT`, `POST`, `DELETE`, `GET`.
+    pub method: &'static str,
+    /// The path on the vendor's API.
+    pub path: String,
+    /// What the body carries, in a few words (empty for none).
+    pub body: String,
+}
+
+impl fmt::Display for PlannedCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.method, self.path)?;
+        if !self.body.is_empty() {
+            write!(f, "  [{}]", self.body)?;
+        }
+        Ok(())
+    }
+}
+
+/// A deployed item the plan would overwrite or delete that multicdn did not write as it is
+/// now: edited on the console, or added there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleEdit {
+    /// The item (snippet name, `phase/ref`).
+    pub key: String,
+    /// What was found (`edited since multicdn wrote it`, `not written by multicdn`).
+    pub what: String,
+}
+
+impl fmt::Display for ConsoleEdit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.what)
+    }
+}
+
+/// How an apply goes ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct DeployOptions {
+    /// Nothing is sent unless this is set.
+    pub confirm: bool,
+    /// Overwrite console edits (deployed items multicdn did not write as they are).
+    pub force: bool,
+}
+
+impl DeployOptions {
+    /// Sets the explicit confirmation.
+    #[must_use]
+    pub fn confirm(mut self, confirm: bool) -> DeployOptions {
+        self.confirm = confirm;
+        self
+    }
+
+    /// Overwrites console edits when `force` is set.
+    #[must_use]
+    pub fn force(mut self, force: bool) -> DeployOptions {
+        self.force = force;
+        self
+    }
+
+    /// Why an apply with these options must not send anything: no confirmation, or a plan
+    /// with console edits and no `force`. `None` when it may go ahead.
+    pub fn refusal(&self, provider: &ProviderId, edits: &[ConsoleEdit]) -> Option<DeployError> {
+        if !self.confirm {
+            return Some(DeployError::NotConfirmed {
+                provider: provider.clone(),
+            });
+        }
+        if !self.force && !edits.is_empty() {
+            return Some(DeployError::ConsoleEdits {
+                provider: provider.clone(),
+                edits: edits.to_vec(),
+            });
+        }
+        None
+    }
+}
+
+/// The changes that would overwrite or delete a deployed item multicdn did not write as it
+/// is (`unverified`: key -> what was found); additions overwrite nothing.
+pub fn console_edits<T>(
+    changes: &[Change<T>],
+    unverified: &BTreeMap<String, String>,
+) -> Vec<ConsoleEdit> {
+    changes
+        .iter()
+        .filter(|c| c.op != ChangeOp::Add)
+        .filter_map(|c| {
+            unverified.get(&c.key).map(|what| ConsoleEdit {
+                key: c.key.clone(),
+                what: what.clone(),
+            })
+        })
+        .collect()
+}
+
 /// Why a deploy did not complete.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
@@ -171,6 +284,15 @@ pub enum DeployError {
     NotConfirmed {
         /// The provider.
         provider: ProviderId,
+    },
+    /// The plan would overwrite items edited or added outside multicdn, and `force` was not
+    /// given; nothing was sent.
+    #[error("{provider}: not applied: the plan would overwrite {} item(s) changed outside multicdn (nothing was sent); review them and apply with force to overwrite:{}", edits.len(), edits.iter().map(|e| format!("\n  {e}")).collect::<String>())]
+    ConsoleEdits {
+        /// The provider.
+        provider: ProviderId,
+        /// Each item and what was found.
+        edits: Vec<ConsoleEdit>,
     },
     /// The deployed state changed after the plan was made; nothing was written.
     #[error("{provider}: the plan is out of date ({what}); plan again (nothing was written)")]
@@ -245,6 +367,19 @@ mod tests {
         );
         assert_eq!(changes[0].to_string(), "~ b\n    value: 2 -> 3");
         assert_eq!(changes[1].to_string(), "+ new (value 4)");
+    }
+
+    #[test]
+    fn fingerprints_change_with_any_part_and_with_where_parts_split() {
+        let a = fingerprint(&["recv", "10", "return(pass);"]);
+        assert_eq!(a.len(), 16);
+        assert_eq!(a, fingerprint(&["recv", "10", "return(pass);"]));
+        assert_ne!(a, fingerprint(&["recv", "11", "return(pass);"]));
+        assert_ne!(
+            fingerprint(&["ab", "c"]),
+            fingerprint(&["a", "bc"]),
+            "part boundaries count"
+        );
     }
 
     #[test]
