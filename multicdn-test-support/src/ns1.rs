@@ -8,7 +8,8 @@
 //! | `GET/PUT /v1/data/feeds/{source}` | list, create a feed (`{name, config: {label}}`) |
 //! | `POST /v1/feed/{source}` | publish `{label: {up: bool}}` |
 //!
-//! Every request needs `X-NSONE-Key` equal to the emulator's key (otherwise 401
+//! Zones exist once made with [`Ns1Api::create_zone`] (as in NS1's console); a record in any
+//! other zone is a 404 `zone not found`. Every request needs `X-NSONE-Key` equal to the emulator's key (otherwise 401
 //! `{"message": "Unauthorized"}`). A record body must be a JSON object whose `zone`, `domain`
 //! and `type` match the path, with `answers` an array of objects each carrying an `answer`
 //! array; otherwise 400 `{"message": ...}` as NS1 answers. Creating a record that exists is a
@@ -38,6 +39,7 @@ type RecordKey = (String, String, String);
 struct Ns1State {
     key: String,
     fault: Mutex<Fault>,
+    zones: Mutex<std::collections::BTreeSet<String>>,
     records: Mutex<BTreeMap<RecordKey, Value>>,
     sources: Mutex<Vec<Value>>,
     feeds: Mutex<BTreeMap<String, Vec<Value>>>,
@@ -60,6 +62,7 @@ impl Ns1Api {
         let state = Arc::new(Ns1State {
             key: key.to_owned(),
             fault: Mutex::new(Fault::None),
+            zones: Mutex::default(),
             records: Mutex::default(),
             sources: Mutex::default(),
             feeds: Mutex::default(),
@@ -88,6 +91,15 @@ impl Ns1Api {
         format!("http://{}", self.addr)
     }
 
+    /// Makes the zone `zone` (empty).
+    pub fn create_zone(&self, zone: &str) {
+        self.state
+            .zones
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(zone.to_owned());
+    }
+
     /// Injects `fault` into every answer until changed.
     pub fn set_fault(&self, fault: Fault) {
         *self
@@ -107,8 +119,9 @@ impl Ns1Api {
             .cloned()
     }
 
-    /// Puts a record in place as if made in NS1's console (any type).
+    /// Puts a record in place as if made in NS1's console (any type), making its zone.
     pub fn insert_record(&self, record: Value) {
+        self.create_zone(&str_field(&record, "zone"));
         let key = (
             str_field(&record, "zone"),
             str_field(&record, "domain"),
@@ -178,6 +191,13 @@ impl Ns1State {
         }
     }
 
+    fn zone_exists(&self, zone: &str) -> bool {
+        self.zones
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(zone)
+    }
+
     fn id(&self) -> String {
         format!(
             "{:024x}",
@@ -194,6 +214,9 @@ async fn zone(
     if let Some(refusal) = s.gate(&headers) {
         return refusal;
     }
+    if !s.zone_exists(&zone) {
+        return ns1_error(StatusCode::NOT_FOUND, "zone not found");
+    }
     let records = s.records.lock().unwrap_or_else(PoisonError::into_inner);
     let listed: Vec<Value> = records
         .iter()
@@ -202,9 +225,6 @@ async fn zone(
             json!({"domain": domain, "type": rtype, "ttl": r.get("ttl").cloned().unwrap_or(json!(3600))})
         })
         .collect();
-    if listed.is_empty() {
-        return ns1_error(StatusCode::NOT_FOUND, "zone not found");
-    }
     axum::Json(json!({"zone": zone, "records": listed})).into_response()
 }
 
@@ -259,6 +279,9 @@ async fn record(
 ) -> Response {
     if let Some(refusal) = s.gate(&headers) {
         return refusal;
+    }
+    if !s.zone_exists(&zone) {
+        return ns1_error(StatusCode::NOT_FOUND, "zone not found");
     }
     let key = (zone.clone(), domain.clone(), rtype.clone());
     let mut records = s.records.lock().unwrap_or_else(PoisonError::into_inner);

@@ -278,6 +278,7 @@ async fn route53_and_ns1_take_every_plan_from_the_controller_and_a_failing_one_i
         .unwrap();
     let route53 = Route53Steerer::from_policy(aws, &zone_id, &policy);
     let ns1_api = Ns1Api::start("ns1-test-key").await.unwrap();
+    ns1_api.create_zone(&zone);
     let ns1_client =
         Ns1Client::new(&ns1_api.base_url(), Secret::new("ns1-test-key"), quick()).unwrap();
     let ns1 = Ns1Steerer::from_policy(ns1_client, &policy);
