@@ -12,6 +12,7 @@ use multicdn_core::{Error, Provider, ProviderKind, PurgeRequest, PurgeScope, Pur
 use multicdn_providers::cloudflare::{CloudflareLimits, CloudflarePurger};
 use multicdn_providers::http::HttpSettings;
 use serde_json::{Value, json};
+use support::strict::CloudflarePurge;
 use support::vendors::{CLOUDFLARE_TOKEN, ZONE, cloudflare, fast, pid, tags};
 use wiremock::matchers::{body_json, header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -129,7 +130,7 @@ async fn two_hundred_fifty_tags_make_three_requests_of_at_most_100() {
 #[tokio::test]
 async fn enterprise_sends_500_urls_a_request_and_100_tags() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(success("id"))
         .expect(4)
         .mount(&server)
@@ -151,7 +152,7 @@ async fn enterprise_sends_500_urls_a_request_and_100_tags() {
 #[tokio::test]
 async fn a_200_with_success_false_is_an_error_with_cloudflares_code_and_not_retried() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(failure(
             200,
             1012,
@@ -189,7 +190,7 @@ async fn a_200_with_success_false_is_an_error_with_cloudflares_code_and_not_retr
 #[tokio::test]
 async fn a_success_false_rate_limit_code_is_retried() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(failure(
             200,
             971,
@@ -199,7 +200,7 @@ async fn a_success_false_rate_limit_code_is_retried() {
         .expect(1)
         .mount(&server)
         .await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(success("after"))
         .expect(1)
         .mount(&server)
@@ -217,7 +218,7 @@ async fn a_success_false_rate_limit_code_is_retried() {
 #[tokio::test]
 async fn a_429_then_success_is_retried_honouring_retry_after() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(
             failure(
                 429,
@@ -230,7 +231,7 @@ async fn a_429_then_success_is_retried_honouring_retry_after() {
         .expect(1)
         .mount(&server)
         .await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(success("ok"))
         .expect(1)
         .mount(&server)
@@ -245,7 +246,7 @@ async fn a_429_then_success_is_retried_honouring_retry_after() {
 #[tokio::test]
 async fn a_retry_after_beyond_the_limit_fails_without_waiting() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(failure(429, 971, "Please wait").insert_header("retry-after", "3600"))
         .expect(1)
         .mount(&server)
@@ -261,7 +262,7 @@ async fn a_retry_after_beyond_the_limit_fails_without_waiting() {
 #[tokio::test]
 async fn three_500s_then_a_clear_failure() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(ResponseTemplate::new(500).set_body_string("internal error"))
         .expect(3)
         .mount(&server)
@@ -281,7 +282,7 @@ async fn three_500s_then_a_clear_failure() {
 #[tokio::test]
 async fn a_401_is_not_retried_and_reads_as_an_authentication_problem() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(failure(401, 10000, "Authentication error"))
         .expect(1)
         .mount(&server)
@@ -301,7 +302,7 @@ async fn a_401_is_not_retried_and_reads_as_an_authentication_problem() {
 #[tokio::test]
 async fn an_auth_code_in_a_200_envelope_is_an_authentication_problem() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(failure(200, 9109, "Invalid access token"))
         .expect(1)
         .mount(&server)
@@ -316,7 +317,7 @@ async fn an_auth_code_in_a_200_envelope_is_an_authentication_problem() {
 #[tokio::test]
 async fn a_200_that_is_not_an_envelope_fails_loudly() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"ok": true})))
         .mount(&server)
         .await;
@@ -331,7 +332,7 @@ async fn a_200_that_is_not_an_envelope_fails_loudly() {
 #[tokio::test]
 async fn a_slow_answer_times_out() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(success("late").set_delay(Duration::from_millis(500)))
         .mount(&server)
         .await;
@@ -349,7 +350,7 @@ async fn a_slow_answer_times_out() {
 #[tokio::test]
 async fn soft_purges_and_bad_items_are_refused_before_sending() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(success("x"))
         .expect(0)
         .mount(&server)
@@ -416,4 +417,55 @@ fn built_from_the_policy_entry_with_its_plan() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("zone_id"), "{e}");
+}
+
+#[tokio::test]
+async fn the_strict_stubs_answer_only_what_the_vendors_would_accept() {
+    use support::strict::FastlyPurge;
+    use support::vendors::{CLOUDFLARE_TOKEN, FASTLY_TOKEN, SERVICE, ZONE};
+    let server = MockServer::start().await;
+    Mock::given(CloudflarePurge)
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&server)
+        .await;
+    Mock::given(FastlyPurge)
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&server)
+        .await;
+    let client = reqwest::Client::new();
+    let status = |path: String, auth: (&'static str, String), body: serde_json::Value| {
+        let req = client
+            .post(format!("{}{path}", server.uri()))
+            .header(auth.0, auth.1)
+            .json(&body);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    let cf = || ("authorization", format!("Bearer {CLOUDFLARE_TOKEN}"));
+    let cf_path = || format!("/zones/{ZONE}/purge_cache");
+    assert_eq!(status(cf_path(), cf(), json!({"tags": ["a"]})).await, 200);
+    // Two kinds in one request, too many tags, a wrong token, a wrong zone: not answered.
+    assert_eq!(
+        status(cf_path(), cf(), json!({"tags": ["a"], "hosts": ["h"]})).await,
+        404
+    );
+    let many: Vec<String> = (0..101).map(|i| format!("t{i}")).collect();
+    assert_eq!(status(cf_path(), cf(), json!({ "tags": many })).await, 404);
+    let wrong = ("authorization", "Bearer other".to_owned());
+    assert_eq!(status(cf_path(), wrong, json!({"tags": ["a"]})).await, 404);
+    assert_eq!(
+        status("/zones/Z/purge_cache".into(), cf(), json!({"tags": ["a"]})).await,
+        404
+    );
+    let fk = || ("fastly-key", FASTLY_TOKEN.to_owned());
+    let batch = format!("/service/{SERVICE}/purge");
+    assert_eq!(
+        status(batch.clone(), fk(), json!({"surrogate_keys": ["a"]})).await,
+        200
+    );
+    let keys: Vec<String> = (0..257).map(|i| format!("k{i}")).collect();
+    assert_eq!(
+        status(batch.clone(), fk(), json!({ "surrogate_keys": keys })).await,
+        404
+    );
+    assert_eq!(status(batch, fk(), json!({"keys": ["a"]})).await, 404);
 }

@@ -21,6 +21,7 @@ use multicdn_providers::fastly::FastlyLimits;
 use multicdn_providers::http::RateLimit;
 use multicdn_test_support::{PurgeApi, PurgeLimits};
 use serde_json::json;
+use support::strict::CloudflarePurge;
 use support::vendors::{SERVICE, cloudflare, fast, fastly, pid, tags};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -78,7 +79,7 @@ fn members(fastly_base: &str, cf_base: &str) -> Vec<FanoutMember> {
 async fn both_providers_purge_in_parallel_and_the_report_names_the_slowest() {
     let f = fastly_ok(1).await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_success().set_delay(Duration::from_millis(150)))
         .expect(2)
         .mount(&cf)
@@ -113,7 +114,7 @@ async fn both_providers_purge_in_parallel_and_the_report_names_the_slowest() {
 async fn one_provider_failing_yields_the_error_and_the_demotion_event_while_the_other_completes() {
     let f = fastly_ok(1).await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_401())
         .expect(1)
         .mount(&cf)
@@ -186,12 +187,12 @@ async fn one_provider_failing_yields_the_error_and_the_demotion_event_while_the_
 async fn a_provider_failing_part_way_misses_exactly_its_failed_and_unsent_chunks() {
     let f = fastly_ok(1).await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_success())
         .up_to_n_times(1)
         .mount(&cf)
         .await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(ResponseTemplate::new(502).set_body_string("bad gateway"))
         .expect(2)
         .mount(&cf)
@@ -218,7 +219,7 @@ async fn a_provider_failing_part_way_misses_exactly_its_failed_and_unsent_chunks
 async fn a_kind_one_provider_cannot_do_is_refused_before_anything_is_sent() {
     let f = fastly_ok(0).await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_success())
         .expect(0)
         .mount(&cf)
@@ -354,7 +355,7 @@ async fn a_provider_failing_in_a_queued_purge_is_dropped_and_demoted_once_while_
 {
     let f = fastly_ok(5).await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_401())
         .mount(&cf)
         .await;
@@ -399,7 +400,7 @@ async fn a_malformed_item_is_refused_everywhere_before_anything_is_sent() {
     // on Cloudflare alone would leave the providers disagreeing, so nothing is sent.
     let f = fastly_ok(0).await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_success())
         .expect(0)
         .mount(&cf)
@@ -427,7 +428,7 @@ async fn a_malformed_item_is_refused_everywhere_before_anything_is_sent() {
 async fn a_failed_provider_stops_setting_the_pace_of_a_queued_purge() {
     let f = fastly_ok(5).await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_401())
         .mount(&cf)
         .await;
@@ -493,12 +494,12 @@ async fn bodies_after(server: &MockServer, skip: usize) -> Vec<serde_json::Value
 /// Cloudflare answering 401 `fails` times, then acknowledging.
 async fn cloudflare_failing_then_ok(fails: u64) -> MockServer {
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_401())
         .up_to_n_times(fails)
         .mount(&cf)
         .await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_success())
         .mount(&cf)
         .await;
@@ -608,17 +609,17 @@ async fn a_retry_re_sends_only_the_missed_items_batched_and_only_to_the_provider
 {
     let f = fastly_ok(1).await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_success())
         .up_to_n_times(1)
         .mount(&cf)
         .await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(ResponseTemplate::new(502).set_body_string("bad gateway"))
         .up_to_n_times(2)
         .mount(&cf)
         .await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_success())
         .mount(&cf)
         .await;
@@ -695,7 +696,7 @@ async fn a_later_purge_covering_the_missed_items_clears_them_and_a_partial_one_d
 async fn a_retry_that_fails_again_keeps_the_miss_and_recovers_nothing() {
     let f = fastly_ok(1).await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(cf_401())
         .mount(&cf)
         .await;

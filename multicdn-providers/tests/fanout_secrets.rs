@@ -13,8 +13,8 @@ use multicdn_providers::cloudflare::CloudflareLimits;
 use multicdn_providers::fanout::{EventSink, FanoutMember, PurgeFanout};
 use serde_json::json;
 use support::logs::capture;
+use support::strict::{CloudflarePurge, FastlyPurge};
 use support::vendors::{CLOUDFLARE_TOKEN, FASTLY_TOKEN, cloudflare, fast, fastly};
-use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 #[tokio::test]
@@ -23,24 +23,24 @@ async fn a_token_never_appears_in_debug_output_errors_or_captured_logs() {
     let mut seen = String::new();
 
     let f = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(ResponseTemplate::new(503).set_body_json(json!({"msg": "unavailable"})))
         .up_to_n_times(1)
         .mount(&f)
         .await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "id": "1"})))
         .mount(&f)
         .await;
     let cf = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(CloudflarePurge)
         .respond_with(ResponseTemplate::new(401).set_body_json(json!({
             "success": false, "errors": [{"code": 10000, "message": "Authentication error"}], "messages": [], "result": null
         })))
         .mount(&cf)
         .await;
     let slow = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_millis(300)))
         .mount(&slow)
         .await;

@@ -11,6 +11,7 @@ use multicdn_core::{Error, Provider, ProviderKind, PurgeRequest, PurgeScope, Pur
 use multicdn_providers::fastly::{FastlyLimits, FastlyPurger};
 use multicdn_providers::http::{HttpSettings, RateLimit};
 use serde_json::json;
+use support::strict::FastlyPurge;
 use support::vendors::{FASTLY_TOKEN, SERVICE, fast, fastly, pid, tags};
 use wiremock::matchers::{body_json, header, method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -162,7 +163,7 @@ async fn purge_all_posts_to_purge_all_and_a_soft_purge_all_sends_nothing() {
 #[tokio::test]
 async fn hosts_and_prefixes_are_unsupported_and_nothing_is_sent() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(ok_id("x"))
         .expect(0)
         .mount(&server)
@@ -187,7 +188,7 @@ async fn hosts_and_prefixes_are_unsupported_and_nothing_is_sent() {
 #[tokio::test]
 async fn a_429_with_a_rate_limit_reset_in_the_past_is_retried_once() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(
             ResponseTemplate::new(429)
                 .insert_header("Fastly-RateLimit-Remaining", "0")
@@ -198,7 +199,7 @@ async fn a_429_with_a_rate_limit_reset_in_the_past_is_retried_once() {
         .expect(1)
         .mount(&server)
         .await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(ok_id("after"))
         .expect(1)
         .mount(&server)
@@ -272,7 +273,7 @@ async fn a_distant_rate_limit_reset_with_nothing_remaining_fails_as_rate_limited
 #[tokio::test]
 async fn three_500s_fail_clearly_with_fastlys_message() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(
             ResponseTemplate::new(503).set_body_json(
                 json!({"msg": "Service unavailable", "detail": "purge backend down"}),
@@ -301,7 +302,7 @@ async fn three_500s_fail_clearly_with_fastlys_message() {
 #[tokio::test]
 async fn a_401_is_not_retried_and_reads_as_an_authentication_problem() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(
             ResponseTemplate::new(401)
                 .set_body_json(json!({"msg": "Provided credentials are missing or invalid"})),
@@ -324,7 +325,7 @@ async fn a_401_is_not_retried_and_reads_as_an_authentication_problem() {
 #[tokio::test]
 async fn a_400_is_not_retried() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(
             ResponseTemplate::new(400)
                 .set_body_json(json!({"msg": "Bad request", "detail": "bad key"})),
@@ -345,7 +346,7 @@ async fn a_400_is_not_retried() {
 #[tokio::test]
 async fn a_slow_answer_times_out_and_may_have_applied() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(ok_id("late").set_delay(Duration::from_millis(500)))
         .mount(&server)
         .await;
@@ -364,7 +365,7 @@ async fn a_slow_answer_times_out_and_may_have_applied() {
 #[tokio::test]
 async fn a_batch_answer_missing_a_key_fails_loudly() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"a": "1"})))
         .mount(&server)
         .await;
@@ -379,7 +380,7 @@ async fn a_batch_answer_missing_a_key_fails_loudly() {
 #[tokio::test]
 async fn invalid_items_are_refused_before_sending() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(ok_id("x"))
         .expect(0)
         .mount(&server)
@@ -403,7 +404,7 @@ async fn invalid_items_are_refused_before_sending() {
 #[tokio::test]
 async fn the_purge_budget_counts_every_key_of_a_batch() {
     let server = MockServer::start().await;
-    Mock::given(method("POST"))
+    Mock::given(FastlyPurge)
         .respond_with(EchoKeys)
         .expect(2)
         .mount(&server)

@@ -12,7 +12,7 @@ use multicdn_core::{Error, ManualClock, Stopwatch, Timestamp};
 use multicdn_providers::http::{Answer, HttpSettings, Pacer, RateLimit, ReadResult, VendorHttp};
 use reqwest::Method;
 use support::vendors::{fast, pid};
-use wiremock::matchers::method;
+use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 fn client(base: &str, settings: HttpSettings) -> VendorHttp {
@@ -43,11 +43,13 @@ async fn send(http: &VendorHttp) -> Result<multicdn_providers::http::Sent<String
 async fn a_retry_after_is_waited_for_even_when_longer_than_the_backoff() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(path("/thing"))
         .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "0.2"))
         .up_to_n_times(1)
         .mount(&server)
         .await;
     Mock::given(method("POST"))
+        .and(path("/thing"))
         .respond_with(ResponseTemplate::new(200).set_body_string("done"))
         .mount(&server)
         .await;
@@ -66,11 +68,13 @@ async fn a_retry_after_is_waited_for_even_when_longer_than_the_backoff() {
 async fn fastly_rate_limit_reset_is_read_against_the_clock() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(path("/thing"))
         .respond_with(ResponseTemplate::new(429).insert_header("Fastly-RateLimit-Reset", "1000"))
         .up_to_n_times(1)
         .mount(&server)
         .await;
     Mock::given(method("POST"))
+        .and(path("/thing"))
         .respond_with(ResponseTemplate::new(200))
         .mount(&server)
         .await;
@@ -91,6 +95,7 @@ async fn client_errors_are_not_retried_and_carry_the_vendor_code() {
     for status in [400u16, 401, 403, 404] {
         let server = MockServer::start().await;
         Mock::given(method("POST"))
+            .and(path("/thing"))
             .respond_with(ResponseTemplate::new(status).set_body_string("nope"))
             .expect(1)
             .mount(&server)
@@ -113,6 +118,7 @@ async fn client_errors_are_not_retried_and_carry_the_vendor_code() {
 async fn server_errors_are_retried_up_to_the_attempt_limit() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(path("/thing"))
         .respond_with(ResponseTemplate::new(502))
         .expect(4)
         .mount(&server)
@@ -140,6 +146,7 @@ async fn a_refused_connection_is_retried_then_reported_as_not_applied() {
 async fn a_client_rate_limit_paces_requests() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(path("/thing"))
         .respond_with(ResponseTemplate::new(200))
         .expect(5)
         .mount(&server)
@@ -162,6 +169,7 @@ async fn a_client_rate_limit_paces_requests() {
 async fn a_shared_pacer_is_one_budget_for_every_client() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(path("/thing"))
         .respond_with(ResponseTemplate::new(200))
         .mount(&server)
         .await;
@@ -240,6 +248,7 @@ async fn an_endless_body_is_cut_off_at_the_limit_with_a_classified_error() {
 async fn a_content_length_above_the_limit_is_refused_before_reading() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(path("/thing"))
         .respond_with(ResponseTemplate::new(200).set_body_string("y".repeat(2048)))
         .expect(2)
         .mount(&server)

@@ -8,4 +8,5 @@
 )]
 
 pub mod logs;
+pub mod strict;
 pub mod vendors;
