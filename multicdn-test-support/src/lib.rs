@@ -7,8 +7,8 @@
 //!   recorded, switchable into an incident ([`EdgeMode`]).
 //! - [`PurgeApi`]: Fastly's and Cloudflare's purge endpoints on one port. Every route checks
 //!   the method, the path, the auth header and the body's shape and limits, and answers a
-//!   malformed request as the vendor does (400 with its error envelope); tokens can be refused
-//!   (an expired token) and failures injected.
+//!   malformed request as the vendor does (400 with its error envelope); faults can be injected
+//!   ([`Fault`]: a refused token, a 429, a 503, a request never answered).
 //! - [`Ns1Api`]: NS1's record, data-source and feed endpoints, keeping the records it is sent,
 //!   with `X-NSONE-Key` checked and NS1's error bodies.
 //!

@@ -30,7 +30,7 @@ use axum::routing::{any, get, post};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use crate::purge::Fault;
+use crate::purge::{Fault, hang};
 use crate::serve::serve;
 
 type RecordKey = (String, String, String);
@@ -162,7 +162,7 @@ fn ns1_error(status: StatusCode, message: &str) -> Response {
 
 impl Ns1State {
     fn gate(&self, headers: &HeaderMap) -> Option<Response> {
-        let fault = *self.fault.lock().unwrap_or_else(PoisonError::into_inner);
+        let fault = self.current_fault();
         let key_ok = headers
             .get("x-nsone-key")
             .and_then(|v| v.to_str().ok())
@@ -187,8 +187,12 @@ impl Ns1State {
                 )
                     .into_response(),
             ),
-            Fault::None | Fault::RefuseTokens => None,
+            Fault::None | Fault::RefuseTokens | Fault::Hang => None,
         }
+    }
+
+    fn current_fault(&self) -> Fault {
+        *self.fault.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn zone_exists(&self, zone: &str) -> bool {
@@ -211,6 +215,7 @@ async fn zone(
     Path(zone): Path<String>,
     headers: HeaderMap,
 ) -> Response {
+    hang(s.current_fault()).await;
     if let Some(refusal) = s.gate(&headers) {
         return refusal;
     }
@@ -277,6 +282,7 @@ async fn record(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    hang(s.current_fault()).await;
     if let Some(refusal) = s.gate(&headers) {
         return refusal;
     }
@@ -322,6 +328,7 @@ async fn sources(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    hang(s.current_fault()).await;
     if let Some(refusal) = s.gate(&headers) {
         return refusal;
     }
@@ -366,6 +373,7 @@ async fn feeds(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    hang(s.current_fault()).await;
     if let Some(refusal) = s.source_gate(&headers, &source) {
         return refusal;
     }
@@ -397,6 +405,7 @@ async fn publish(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    hang(s.current_fault()).await;
     if let Some(refusal) = s.source_gate(&headers, &source) {
         return refusal;
     }

@@ -52,6 +52,15 @@ pub enum Fault {
     Unavailable,
     /// Answer 429 with `Retry-After: 1`.
     RateLimited,
+    /// Never answer (an hour on tokio time): the client's timeout is what ends the request.
+    Hang,
+}
+
+/// Sleeps an hour when `fault` is [`Fault::Hang`].
+pub(crate) async fn hang(fault: Fault) {
+    if fault == Fault::Hang {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
 }
 
 /// The rate limits [`PurgeApi::start_limited`] enforces: (tokens a second, bucket size).
@@ -428,7 +437,7 @@ fn injected(fault: Fault, unavailable: impl FnOnce() -> Response) -> Option<Resp
             )
                 .into_response(),
         ),
-        Fault::None | Fault::RefuseTokens => None,
+        Fault::None | Fault::RefuseTokens | Fault::Hang => None,
     }
 }
 
@@ -460,6 +469,7 @@ async fn fastly_batch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    hang(s.fault("fastly")).await;
     if let Some(refusal) = s.fastly_gate(&headers) {
         return refusal;
     }
@@ -511,6 +521,7 @@ async fn fastly_key(
     Path((_sid, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
+    hang(s.fault("fastly")).await;
     if let Some(refusal) = s.fastly_gate(&headers) {
         return refusal;
     }
@@ -523,6 +534,7 @@ async fn fastly_key(
 }
 
 async fn fastly_url(State(s): State<Arc<PurgeState>>, Path(url): Path<String>) -> Response {
+    hang(s.fault("fastly")).await;
     if let Some(fault) = injected(s.fault("fastly"), || {
         fastly_error(StatusCode::SERVICE_UNAVAILABLE, "Service unavailable", "")
     }) {
@@ -540,6 +552,7 @@ async fn fastly_url(State(s): State<Arc<PurgeState>>, Path(url): Path<String>) -
 }
 
 async fn fastly_all(State(s): State<Arc<PurgeState>>, headers: HeaderMap) -> Response {
+    hang(s.fault("fastly")).await;
     if let Some(refusal) = s.fastly_gate(&headers) {
         return refusal;
     }
@@ -561,6 +574,7 @@ async fn cloudflare_purge(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    hang(s.fault("cloudflare")).await;
     if let Some(refusal) = s.cloudflare_gate(&headers) {
         return refusal;
     }
@@ -676,5 +690,20 @@ mod tests {
             api.purged(),
             [("cloudflare".to_owned(), vec!["*".to_owned()])]
         );
+    }
+
+    #[tokio::test]
+    async fn a_hang_is_ended_only_by_the_clients_timeout() {
+        let api = PurgeApi::start().await.unwrap();
+        api.set_fault("cloudflare", Fault::Hang);
+        let sent = reqwest::Client::new()
+            .post(format!("{}/zones/Z/purge_cache", api.cloudflare_base()))
+            .header("authorization", "Bearer t")
+            .body(r#"{"tags":["a"]}"#)
+            .timeout(std::time::Duration::from_millis(200))
+            .send()
+            .await;
+        assert!(sent.is_err_and(|e| e.is_timeout()));
+        assert!(api.purged().is_empty());
     }
 }
