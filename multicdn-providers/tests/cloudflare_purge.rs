@@ -103,6 +103,10 @@ async fn everything_is_purge_everything_true() {
 async fn two_hundred_fifty_tags_make_three_requests_of_at_most_100() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(header(
+            "authorization",
+            format!("Bearer {CLOUDFLARE_TOKEN}"),
+        ))
         .and(path(purge_path()))
         .respond_with(success("id"))
         .expect(3)

@@ -268,6 +268,7 @@ async fn apply_puts_the_whole_rule_list_of_each_changed_phase_only() {
     .await;
     expect_one_cache_put(&server).await;
     Mock::given(method("PUT"))
+        .and(header("Authorization", format!("Bearer {TOKEN}")))
         .and(path(entrypoint(HEADERS_PHASE)))
         .respond_with(ok(json!({})))
         .expect(0)
@@ -301,6 +302,7 @@ async fn an_error_envelope_is_reported_with_every_code_and_message() {
     mount_get(&server, CACHE_PHASE, not_found()).await;
     mount_get(&server, HEADERS_PHASE, not_found()).await;
     Mock::given(method("PUT"))
+        .and(header("Authorization", format!("Bearer {TOKEN}")))
         .and(path(entrypoint(CACHE_PHASE)))
         .respond_with(ResponseTemplate::new(400).set_body_json(json!({
             "success": false,
@@ -436,12 +438,14 @@ async fn a_failure_after_one_phase_was_written_says_what_was_written() {
     mount_get(&server, CACHE_PHASE, not_found()).await;
     mount_get(&server, HEADERS_PHASE, not_found()).await;
     Mock::given(method("PUT"))
+        .and(header("Authorization", format!("Bearer {TOKEN}")))
         .and(path(entrypoint(CACHE_PHASE)))
         .respond_with(ok(json!({"id": "rs", "version": "1", "rules": []})))
         .expect(1)
         .mount(&server)
         .await;
     Mock::given(method("PUT"))
+        .and(header("Authorization", format!("Bearer {TOKEN}")))
         .and(path(entrypoint(HEADERS_PHASE)))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({
             "success": false, "errors": [{"code": 20120, "message": "the expression is invalid"}],

@@ -218,6 +218,7 @@ async fn applying_without_the_flag_sends_nothing() {
 
 async fn mount_writes(server: &MockServer, validate: ResponseTemplate, activations: u64) {
     Mock::given(method("PUT"))
+        .and(header("Fastly-Key", TOKEN))
         .and(path(format!("/service/{SID}/version/3/clone")))
         .respond_with(
             ResponseTemplate::new(200).set_body_json(json!({"number": 4, "active": false})),
@@ -251,6 +252,7 @@ async fn mount_writes(server: &MockServer, validate: ResponseTemplate, activatio
         .mount(server)
         .await;
     Mock::given(method("DELETE"))
+        .and(header("Fastly-Key", TOKEN))
         .and(path(format!(
             "/service/{SID}/version/4/snippet/multicdn-recv-legacy"
         )))
@@ -259,12 +261,14 @@ async fn mount_writes(server: &MockServer, validate: ResponseTemplate, activatio
         .mount(server)
         .await;
     Mock::given(method("GET"))
+        .and(header("Fastly-Key", TOKEN))
         .and(path(format!("/service/{SID}/version/4/validate")))
         .respond_with(validate)
         .expect(1)
         .mount(server)
         .await;
     Mock::given(method("PUT"))
+        .and(header("Fastly-Key", TOKEN))
         .and(path(format!("/service/{SID}/version/4/activate")))
         .respond_with(
             ResponseTemplate::new(200).set_body_json(json!({"number": 4, "active": true})),
@@ -439,6 +443,7 @@ async fn drift_reports_every_snippet_that_differs_with_expected_and_deployed() {
 async fn fastly_errors_name_the_request_and_never_the_token() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("Fastly-Key", TOKEN))
         .and(path(format!("/service/{SID}/version")))
         .respond_with(
             ResponseTemplate::new(401)
@@ -488,11 +493,13 @@ async fn a_failed_snippet_write_names_the_draft_and_never_activates() {
     let r = rendering();
     mount_reads(&server, 3, drifted(&r)).await;
     Mock::given(method("PUT"))
+        .and(header("Fastly-Key", TOKEN))
         .and(path(format!("/service/{SID}/version/3/clone")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"number": 4})))
         .mount(&server)
         .await;
     Mock::given(method("PUT"))
+        .and(header("Fastly-Key", TOKEN))
         .and(path(format!(
             "/service/{SID}/version/4/snippet/multicdn-recv-routes"
         )))
@@ -504,6 +511,7 @@ async fn a_failed_snippet_write_names_the_draft_and_never_activates() {
         .mount(&server)
         .await;
     Mock::given(method("PUT"))
+        .and(header("Fastly-Key", TOKEN))
         .and(path(format!("/service/{SID}/version/4/activate")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"number": 4})))
         .expect(0)

@@ -22,8 +22,8 @@ use multicdn_providers::http::RateLimit;
 use multicdn_test_support::{PurgeApi, PurgeLimits};
 use serde_json::json;
 use support::strict::CloudflarePurge;
-use support::vendors::{SERVICE, cloudflare, fast, fastly, pid, tags};
-use wiremock::matchers::{method, path};
+use support::vendors::{FASTLY_TOKEN, SERVICE, cloudflare, fast, fastly, pid, tags};
+use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 fn cf_success() -> ResponseTemplate {
@@ -56,6 +56,7 @@ impl Respond for EchoKeys {
 async fn fastly_ok(expect: u64) -> MockServer {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(header("fastly-key", FASTLY_TOKEN))
         .and(path(format!("/service/{SERVICE}/purge")))
         .respond_with(EchoKeys)
         .expect(expect)
@@ -734,12 +735,14 @@ async fn a_retry_that_fails_again_keeps_the_miss_and_recovers_nothing() {
 async fn a_missed_purge_of_everything_is_retried_as_one_and_then_recovered() {
     let f = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(header("fastly-key", FASTLY_TOKEN))
         .and(path(format!("/service/{SERVICE}/purge_all")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"status": "ok"})))
         .expect(1)
         .mount(&f)
         .await;
     Mock::given(method("POST"))
+        .and(header("fastly-key", FASTLY_TOKEN))
         .and(path(format!("/service/{SERVICE}/purge/a")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"status": "ok", "id": "1"})))
         .expect(1)

@@ -109,6 +109,7 @@ async fn a_batch_of_keys_is_one_json_request_with_ids_in_key_order() {
 async fn six_hundred_keys_make_three_batch_requests_of_at_most_256() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
+        .and(header("fastly-key", FASTLY_TOKEN))
         .and(path(format!("/service/{SERVICE}/purge")))
         .respond_with(EchoKeys)
         .expect(3)

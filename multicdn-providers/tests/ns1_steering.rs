@@ -173,6 +173,7 @@ async fn writes(server: &MockServer) -> Vec<wiremock::Request> {
 async fn a_new_record_is_created_with_the_exact_body() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(not_found())
         .mount(&server)
@@ -198,6 +199,7 @@ async fn a_new_record_is_created_with_the_exact_body() {
 async fn a_changed_split_updates_the_record_with_the_exact_body() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(ResponseTemplate::new(200).set_body_json(as_read(expected(90))))
         .mount(&server)
@@ -230,6 +232,7 @@ async fn a_changed_split_updates_the_record_with_the_exact_body() {
 async fn the_record_in_force_reads_back_and_reapplying_sends_nothing() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(ResponseTemplate::new(200).set_body_json(as_read(expected(90))))
         .mount(&server)
@@ -295,6 +298,7 @@ async fn a_record_read_back_with_float_weights_and_reordered_countries_is_unchan
     moved["answers"][1]["meta"]["weight"] = json!(8000.0);
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(ResponseTemplate::new(200).set_body_json(moved))
         .mount(&server)
@@ -306,6 +310,7 @@ async fn a_record_read_back_with_float_weights_and_reordered_countries_is_unchan
 async fn no_geofence_regional_filter_without_georegion_metadata() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(not_found())
         .mount(&server)
@@ -332,6 +337,7 @@ async fn no_geofence_regional_filter_without_georegion_metadata() {
 async fn feeds_are_provisioned_once_and_publish_up_down_without_touching_the_record() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "k"))
         .and(path("/v1/data/sources"))
         .respond_with(
             ResponseTemplate::new(200)
@@ -351,6 +357,7 @@ async fn feeds_are_provisioned_once_and_publish_up_down_without_touching_the_rec
         .mount(&server)
         .await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "k"))
         .and(path("/v1/data/feeds/src-1"))
         .respond_with(ResponseTemplate::new(200).set_body_json(
             json!([{"id": "feed-c", "name": "multicdn cloudflare", "config": {"label": "cloudflare"}}]),
@@ -397,6 +404,7 @@ async fn feeds_are_provisioned_once_and_publish_up_down_without_touching_the_rec
 async fn a_429_is_honoured_then_the_call_succeeds() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(
             ResponseTemplate::new(429)
@@ -407,6 +415,7 @@ async fn a_429_is_honoured_then_the_call_succeeds() {
         .mount(&server)
         .await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(
             ResponseTemplate::new(429)
@@ -419,12 +428,14 @@ async fn a_429_is_honoured_then_the_call_succeeds() {
         .mount(&server)
         .await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(not_found())
         .mount(&server)
         .await;
     mount_zone(&server, &[("example.com", "NS"), ("api.example.com", "A")]).await;
     Mock::given(method("PUT"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(
             ResponseTemplate::new(429)
@@ -452,6 +463,7 @@ async fn a_429_is_honoured_then_the_call_succeeds() {
 async fn a_retry_after_beyond_the_limit_fails_at_once_carrying_the_wait() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(
             ResponseTemplate::new(429)
@@ -502,11 +514,13 @@ async fn plans_ns1_cannot_express_send_nothing() {
 async fn a_plan_changing_too_many_cohorts_is_refused_unless_forced() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(ResponseTemplate::new(200).set_body_json(as_read(expected(90))))
         .mount(&server)
         .await;
     Mock::given(method("POST"))
+        .and(header("x-nsone-key", "ns1-key-123"))
         .and(path(RECORD))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({})))
         .mount(&server)

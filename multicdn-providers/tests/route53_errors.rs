@@ -14,7 +14,7 @@ use multicdn_core::{
 };
 use multicdn_providers::http::HttpSettings;
 use multicdn_providers::route53::{AwsCredentials, Route53Client, Route53Steerer};
-use wiremock::matchers::{method, path};
+use wiremock::matchers::{header_regex, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const ZONE: &str = "Z0123456789";
@@ -99,17 +99,29 @@ fn xml(status: u16, body: impl Into<String>) -> ResponseTemplate {
 async fn throttling_and_prior_request_not_complete_are_retried_until_they_pass() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(RRSET))
         .respond_with(xml(400, error("Throttling", "Rate exceeded")))
         .up_to_n_times(2)
         .mount(&server)
         .await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(RRSET))
         .respond_with(xml(200, EMPTY_LIST))
         .mount(&server)
         .await;
     Mock::given(method("POST"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(CHANGE))
         .respond_with(xml(
             400,
@@ -122,6 +134,10 @@ async fn throttling_and_prior_request_not_complete_are_retried_until_they_pass()
         .mount(&server)
         .await;
     Mock::given(method("POST"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(CHANGE))
         .respond_with(xml(200, change_info("PENDING")))
         .mount(&server)
@@ -153,6 +169,10 @@ async fn throttling_and_prior_request_not_complete_are_retried_until_they_pass()
 async fn throttling_that_never_ends_fails_as_throttling() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(RRSET))
         .respond_with(xml(400, error("Throttling", "Rate exceeded")))
         .mount(&server)
@@ -178,12 +198,20 @@ async fn throttling_that_never_ends_fails_as_throttling() {
 async fn an_invalid_change_batch_is_surfaced_with_every_message_and_not_retried() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(RRSET))
         .respond_with(xml(200, EMPTY_LIST))
         .mount(&server)
         .await;
     let body = r#"<?xml version="1.0"?><InvalidChangeBatch xmlns="https://route53.amazonaws.com/doc/2013-04-01/"><Messages><Message>Tried to create resource record set [name='www.example.com.', type='CNAME', set-identifier='geo-DE'] but it already exists</Message><Message>RRSet with DNS name europe._steer.www.example.com. is not permitted in zone example.org.</Message></Messages><RequestId>r-2</RequestId></InvalidChangeBatch>"#;
     Mock::given(method("POST"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(CHANGE))
         .respond_with(xml(400, body))
         .mount(&server)
@@ -214,6 +242,10 @@ async fn an_invalid_change_batch_is_surfaced_with_every_message_and_not_retried(
 async fn a_missing_hosted_zone_says_so() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(RRSET))
         .respond_with(xml(
             404,
@@ -241,6 +273,10 @@ async fn a_server_repeating_a_page_is_an_error_not_a_loop() {
     let server = MockServer::start().await;
     let page = r#"<ListResourceRecordSetsResponse xmlns="https://route53.amazonaws.com/doc/2013-04-01/"><ResourceRecordSets><ResourceRecordSet><Name>www.example.com.</Name><Type>CNAME</Type><SetIdentifier>geo-DE</SetIdentifier><GeoLocation><CountryCode>DE</CountryCode></GeoLocation><TTL>30</TTL><ResourceRecords><ResourceRecord><Value>europe._steer.www.example.com</Value></ResourceRecord></ResourceRecords></ResourceRecordSet></ResourceRecordSets><IsTruncated>true</IsTruncated><NextRecordName>www.example.com.</NextRecordName><NextRecordType>CNAME</NextRecordType><MaxItems>1</MaxItems></ListResourceRecordSetsResponse>"#;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(RRSET))
         .respond_with(xml(200, page))
         .mount(&server)
@@ -292,6 +328,10 @@ async fn plans_route53_cannot_express_are_refused_before_any_request() {
 async fn requests_are_sigv4_signed_for_route53_at_the_clocks_time() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(RRSET))
         .respond_with(xml(200, EMPTY_LIST))
         .mount(&server)
@@ -330,11 +370,19 @@ async fn requests_are_sigv4_signed_for_route53_at_the_clocks_time() {
 async fn waiting_for_sync_polls_the_change_until_insync() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(RRSET))
         .respond_with(xml(200, EMPTY_LIST))
         .mount(&server)
         .await;
     Mock::given(method("POST"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(CHANGE))
         .respond_with(xml(200, change_info("PENDING")))
         .mount(&server)
@@ -346,12 +394,20 @@ async fn waiting_for_sync_polls_the_change_until_insync() {
         )
     };
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path("/2013-04-01/change/C1"))
         .respond_with(get_change("PENDING"))
         .up_to_n_times(2)
         .mount(&server)
         .await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path("/2013-04-01/change/C1"))
         .respond_with(get_change("INSYNC"))
         .mount(&server)
@@ -374,11 +430,19 @@ async fn waiting_for_sync_polls_the_change_until_insync() {
 async fn more_than_a_thousand_records_are_split_pools_first() {
     let server = MockServer::start().await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(RRSET))
         .respond_with(xml(200, EMPTY_LIST))
         .mount(&server)
         .await;
     Mock::given(method("POST"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(CHANGE))
         .respond_with(xml(200, change_info("INSYNC")))
         .mount(&server)

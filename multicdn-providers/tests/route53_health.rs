@@ -11,7 +11,7 @@ use multicdn_core::{FailReason, Outcome, Policy, ProviderId, RegionId, Secret};
 use multicdn_providers::http::HttpSettings;
 use multicdn_providers::route53::health::checker_regions;
 use multicdn_providers::route53::{AwsCredentials, HealthCheckSpec, Route53Client, Route53Steerer};
-use wiremock::matchers::{method, path};
+use wiremock::matchers::{header_regex, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const HEALTHCHECK: &str = "/2013-04-01/healthcheck";
@@ -80,6 +80,10 @@ async fn each_provider_gets_one_string_match_check_from_the_policy() {
     let server = MockServer::start().await;
     let policy = policy();
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(HEALTHCHECK))
         .respond_with(xml(200, list(&[])))
         .mount(&server)
@@ -142,12 +146,20 @@ async fn existing_checks_are_reused_and_already_exists_is_resolved_without_a_dup
     // The first listing shows only cloudflare's check; fastly's appears by the time the
     // create races into HealthCheckAlreadyExists.
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(HEALTHCHECK))
         .respond_with(xml(200, list(&[("hc-c", &cf)])))
         .up_to_n_times(1)
         .mount(&server)
         .await;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(HEALTHCHECK))
         .respond_with(xml(
             200,
@@ -156,6 +168,7 @@ async fn existing_checks_are_reused_and_already_exists_is_resolved_without_a_dup
         .mount(&server)
         .await;
     Mock::given(method("POST"))
+        .and(header_regex("authorization", "^AWS4-HMAC-SHA256 Credential="))
         .and(path(HEALTHCHECK))
         .respond_with(xml(
             409,
@@ -188,6 +201,10 @@ async fn checker_reports_are_read_back_as_observations() {
 <HealthCheckObservation><Region>sa-east-1</Region><IPAddress>15.177.42.21</IPAddress><StatusReport><Status>Failure: The response body did not contain the search string.</Status><CheckedTime>2026-11-30T12:00:03Z</CheckedTime></StatusReport></HealthCheckObservation>
 </HealthCheckObservations></GetHealthCheckStatusResponse>"#;
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path("/2013-04-01/healthcheck/hc-f/status"))
         .respond_with(xml(200, body))
         .mount(&server)
@@ -270,6 +287,10 @@ async fn a_check_edited_since_it_was_made_is_put_back_at_its_version_and_a_looku
         config("example.map.fastly.net", "whatever", true),
     );
     Mock::given(method("GET"))
+        .and(header_regex(
+            "authorization",
+            "^AWS4-HMAC-SHA256 Credential=",
+        ))
         .and(path(HEALTHCHECK))
         .respond_with(xml(200, listing))
         .mount(&server)
