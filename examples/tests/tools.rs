@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, Uri};
 use axum::routing::any;
-use multicdn_test_support::{EdgeMode, EdgeServer, PurgeApi};
+use multicdn_test_support::{EdgeMode, EdgeServer, Ns1Api, PurgeApi};
 use tokio::runtime::Runtime;
 
 const ALL_EXAMPLES: [&str; 11] = [
@@ -743,151 +743,19 @@ fn steer_plan_prints_the_route53_sets_and_diff_without_credentials_exits_2() {
     );
 }
 
-/// A loopback NS1 holding one record: `GET`, `PUT` (create) and `POST` (update) of
-/// `/v1/zones/{zone}/{domain}/{type}`, `GET /v1/zones/{zone}` listing it, and the monitor
-/// collections (`/v1/data/sources`, `/v1/lists`, `/v1/monitoring/jobs`,
-/// `/v1/data/feeds/{source}`: `GET` lists, `PUT` adds with a new `id`, `POST .../{id}`
-/// replaces), answering 401 to any key but `test-ns1-key`.
-async fn fake_ns1() -> (
-    String,
-    std::sync::Arc<std::sync::Mutex<Option<serde_json::Value>>>,
-    tokio::sync::oneshot::Sender<()>,
-) {
-    use axum::extract::State;
-    use axum::http::StatusCode;
-    use axum::response::{IntoResponse, Response};
-    use axum::routing::get;
-    type Stored = std::sync::Arc<std::sync::Mutex<Option<serde_json::Value>>>;
-
-    fn unauthorised() -> Response {
-        (
-            StatusCode::UNAUTHORIZED,
-            axum::Json(serde_json::json!({"message": "Unauthorized"})),
-        )
-            .into_response()
-    }
-    fn authorised(headers: &HeaderMap) -> bool {
-        headers.get("x-nsone-key").and_then(|v| v.to_str().ok()) == Some("test-ns1-key")
-    }
-    async fn read(State(s): State<Stored>, headers: HeaderMap) -> Response {
-        if !authorised(&headers) {
-            return unauthorised();
-        }
-        match s.lock().unwrap().clone() {
-            Some(record) => axum::Json(record).into_response(),
-            None => (
-                StatusCode::NOT_FOUND,
-                axum::Json(serde_json::json!({"message": "record not found"})),
-            )
-                .into_response(),
-        }
-    }
-    async fn zone(State(s): State<Stored>, headers: HeaderMap) -> Response {
-        if !authorised(&headers) {
-            return unauthorised();
-        }
-        let records: Vec<serde_json::Value> = s
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|r| serde_json::json!({"domain": r["domain"], "type": r["type"]}))
-            .collect();
-        axum::Json(serde_json::json!({"zone": "example.com", "records": records})).into_response()
-    }
-    async fn write(
-        State(s): State<Stored>,
-        headers: HeaderMap,
-        axum::Json(record): axum::Json<serde_json::Value>,
-    ) -> Response {
-        if !authorised(&headers) {
-            return unauthorised();
-        }
-        *s.lock().unwrap() = Some(record.clone());
-        axum::Json(record).into_response()
-    }
-    type Collections = std::sync::Arc<
-        std::sync::Mutex<std::collections::BTreeMap<String, Vec<serde_json::Value>>>,
-    >;
-    async fn collection(
-        State(c): State<Collections>,
-        method: axum::http::Method,
-        uri: Uri,
-        headers: HeaderMap,
-        body: axum::body::Bytes,
-    ) -> Response {
-        if !authorised(&headers) {
-            return unauthorised();
-        }
-        let mut all = c.lock().unwrap();
-        let path = uri.path().to_owned();
-        if method == axum::http::Method::GET {
-            return axum::Json(all.get(&path).cloned().unwrap_or_default()).into_response();
-        }
-        let Ok(mut item) = serde_json::from_slice::<serde_json::Value>(&body) else {
-            return (
-                StatusCode::BAD_REQUEST,
-                axum::Json(serde_json::json!({"message": "Input validation failed"})),
-            )
-                .into_response();
-        };
-        if method == axum::http::Method::PUT {
-            let n: usize = all.values().map(Vec::len).sum();
-            item["id"] = serde_json::json!(format!("id-{n}"));
-            all.entry(path).or_default().push(item.clone());
-            return axum::Json(item).into_response();
-        }
-        // POST /v1/monitoring/jobs/{id}: replace the job.
-        let (parent, id) = path.rsplit_once('/').unwrap();
-        let found = all
-            .get_mut(parent)
-            .and_then(|items| items.iter_mut().find(|i| i["id"] == id));
-        match found {
-            Some(existing) => {
-                item["id"] = serde_json::json!(id);
-                *existing = item.clone();
-                axum::Json(item).into_response()
-            }
-            None => (
-                StatusCode::NOT_FOUND,
-                axum::Json(serde_json::json!({"message": "job not found"})),
-            )
-                .into_response(),
-        }
-    }
-    let stored: Stored = Stored::default();
-    let collections: Collections = Collections::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let monitors = Router::new()
-        .route("/v1/data/sources", get(collection).put(collection))
-        .route("/v1/lists", get(collection).put(collection))
-        .route("/v1/monitoring/jobs", get(collection).put(collection))
-        .route("/v1/monitoring/jobs/{id}", axum::routing::post(collection))
-        .route("/v1/data/feeds/{source}", get(collection).put(collection))
-        .with_state(collections);
-    let app = Router::new()
-        .route(
-            "/v1/zones/{zone}/{domain}/{rtype}",
-            get(read).put(write).post(write),
-        )
-        .route("/v1/zones/{zone}", get(zone))
-        .with_state(stored.clone())
-        .merge(monitors);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    (format!("http://{addr}"), stored, stop)
+/// A loopback NS1 (`multicdn-test-support`) with the example policy's zone, answering 401 to
+/// any key but `test-ns1-key`.
+async fn fake_ns1() -> (String, Ns1Api) {
+    let api = Ns1Api::start("test-ns1-key").await.unwrap();
+    api.create_zone("example.com");
+    (api.base_url(), api)
 }
 
 #[test]
 fn steer_diff_exits_1_until_applied_and_a_big_change_needs_force() {
     let rt = Runtime::new().unwrap();
-    let (endpoint, stored, _stop) = rt.block_on(fake_ns1());
+    let (endpoint, ns1) = rt.block_on(fake_ns1());
+    let stored = || ns1.record("example.com", "www.example.com", "CNAME");
     let key = [("NS1_API_KEY", "test-ns1-key")];
     let steer = |action: &str, policy: &str, extra: &[&str]| {
         let mut args = vec![
@@ -911,7 +779,7 @@ fn steer_diff_exits_1_until_applied_and_a_big_change_needs_force() {
         "{}",
         stdout(&diff)
     );
-    assert!(stored.lock().unwrap().is_none(), "diff wrote the record");
+    assert!(stored().is_none(), "diff wrote the record");
 
     assert!(
         stdout(&diff).contains("monitors (multicdn www.example.com) missing"),
@@ -927,12 +795,12 @@ fn steer_diff_exits_1_until_applied_and_a_big_change_needs_force() {
         stdout(&apply)
     );
     assert_eq!(
-        stored.lock().unwrap().as_ref().map(|r| r["domain"].clone()),
+        stored().map(|r| r["domain"].clone()),
         Some(serde_json::json!("www.example.com"))
     );
     {
         // The primary answers' up follows the monitors' feeds; up is first in the chain.
-        let record = stored.lock().unwrap().clone().unwrap();
+        let record = stored().unwrap();
         assert_eq!(record["filters"][0]["filter"], "up");
         let primary = record["answers"]
             .as_array()

@@ -12,10 +12,14 @@
 //! - [`Ns1Api`]: NS1's record, data-source and feed endpoints, keeping the records it is sent,
 //!   with `X-NSONE-Key` checked and NS1's error bodies.
 //!
+//! - [`config`]: stateful stubs of Fastly's service configuration and Cloudflare's rulesets,
+//!   for the deploy tool.
+//!
 //! Every server binds an ephemeral port on 127.0.0.1 and stops when dropped.
 
 #![forbid(unsafe_code)]
 
+pub mod config;
 mod edge;
 mod ns1;
 mod purge;

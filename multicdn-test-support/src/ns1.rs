@@ -7,6 +7,8 @@
 //! | `GET/PUT /v1/data/sources` | list, create a data source (`{name, sourcetype}`) |
 //! | `GET/PUT /v1/data/feeds/{source}` | list, create a feed (`{name, config: {label}}`) |
 //! | `POST /v1/feed/{source}` | publish `{label: {up: bool}}` |
+//! | `GET/PUT /v1/lists` | list, create a notify list (`{name, notify_list: [...]}`) |
+//! | `GET/PUT /v1/monitoring/jobs`, `POST /v1/monitoring/jobs/{id}` | list, create, replace a monitoring job (`{name, job_type, config, regions, ...}`) |
 //!
 //! Zones exist once made with [`Ns1Api::create_zone`] (as in NS1's console); a record in any
 //! other zone is a 404 `zone not found`. Every request needs `X-NSONE-Key` equal to the emulator's key (otherwise 401
@@ -43,6 +45,8 @@ struct Ns1State {
     records: Mutex<BTreeMap<RecordKey, Value>>,
     sources: Mutex<Vec<Value>>,
     feeds: Mutex<BTreeMap<String, Vec<Value>>>,
+    lists: Mutex<Vec<Value>>,
+    jobs: Mutex<Vec<Value>>,
     published: Mutex<Vec<(String, Value)>>,
     writes: AtomicU64,
     ids: AtomicU64,
@@ -66,6 +70,8 @@ impl Ns1Api {
             records: Mutex::default(),
             sources: Mutex::default(),
             feeds: Mutex::default(),
+            lists: Mutex::default(),
+            jobs: Mutex::default(),
             published: Mutex::default(),
             writes: AtomicU64::new(0),
             ids: AtomicU64::new(0),
@@ -76,6 +82,9 @@ impl Ns1Api {
             .route("/v1/data/sources", any(sources))
             .route("/v1/data/feeds/{source}", any(feeds))
             .route("/v1/feed/{source}", post(publish))
+            .route("/v1/lists", any(lists))
+            .route("/v1/monitoring/jobs", any(jobs))
+            .route("/v1/monitoring/jobs/{id}", post(replace_job))
             .fallback(|| async { ns1_error(StatusCode::NOT_FOUND, "Not Found") })
             .with_state(state.clone());
         let (addr, stop) = serve(app).await?;
@@ -132,6 +141,15 @@ impl Ns1Api {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, record);
+    }
+
+    /// The monitoring jobs, as NS1 lists them.
+    pub fn jobs(&self) -> Vec<Value> {
+        self.state
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Record creations and updates accepted so far.
@@ -191,6 +209,18 @@ impl Ns1State {
         }
     }
 
+    /// An injected hang, then the gate: what every route does first.
+    async fn admit(&self, headers: &HeaderMap) -> Option<Response> {
+        hang(self.current_fault()).await;
+        self.gate(headers)
+    }
+
+    /// [`Ns1State::admit`], then a 404 for a data source that does not exist.
+    async fn admit_source(&self, headers: &HeaderMap, source: &str) -> Option<Response> {
+        hang(self.current_fault()).await;
+        self.source_gate(headers, source)
+    }
+
     fn current_fault(&self) -> Fault {
         *self.fault.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -215,8 +245,7 @@ async fn zone(
     Path(zone): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    hang(s.current_fault()).await;
-    if let Some(refusal) = s.gate(&headers) {
+    if let Some(refusal) = s.admit(&headers).await {
         return refusal;
     }
     if !s.zone_exists(&zone) {
@@ -282,8 +311,7 @@ async fn record(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    hang(s.current_fault()).await;
-    if let Some(refusal) = s.gate(&headers) {
+    if let Some(refusal) = s.admit(&headers).await {
         return refusal;
     }
     if !s.zone_exists(&zone) {
@@ -328,8 +356,7 @@ async fn sources(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    hang(s.current_fault()).await;
-    if let Some(refusal) = s.gate(&headers) {
+    if let Some(refusal) = s.admit(&headers).await {
         return refusal;
     }
     let mut sources = s.sources.lock().unwrap_or_else(PoisonError::into_inner);
@@ -373,8 +400,7 @@ async fn feeds(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    hang(s.current_fault()).await;
-    if let Some(refusal) = s.source_gate(&headers, &source) {
+    if let Some(refusal) = s.admit_source(&headers, &source).await {
         return refusal;
     }
     let mut feeds = s.feeds.lock().unwrap_or_else(PoisonError::into_inner);
@@ -384,14 +410,11 @@ async fn feeds(
         Method::PUT => {
             let parsed: Value = serde_json::from_slice(&body).unwrap_or_default();
             let name = parsed.get("name").and_then(Value::as_str);
-            let label = parsed.pointer("/config/label").and_then(Value::as_str);
-            let (Some(name), Some(label)) = (name, label) else {
-                return ns1_error(
-                    StatusCode::BAD_REQUEST,
-                    "name and config.label are required",
-                );
+            let config = parsed.get("config").filter(|c| c.is_object());
+            let (Some(name), Some(config)) = (name, config) else {
+                return ns1_error(StatusCode::BAD_REQUEST, "name and config are required");
             };
-            let made = json!({"id": s.id(), "name": name, "config": {"label": label}});
+            let made = json!({"id": s.id(), "name": name, "config": config});
             list.push(made.clone());
             axum::Json(made).into_response()
         }
@@ -405,8 +428,7 @@ async fn publish(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    hang(s.current_fault()).await;
-    if let Some(refusal) = s.source_gate(&headers, &source) {
+    if let Some(refusal) = s.admit_source(&headers, &source).await {
         return refusal;
     }
     let Ok(Value::Object(o)) = serde_json::from_slice::<Value>(&body) else {
@@ -423,4 +445,89 @@ async fn publish(
         .unwrap_or_else(PoisonError::into_inner)
         .push((source, Value::Object(o)));
     axum::Json(json!({})).into_response()
+}
+
+/// `GET` lists `items`; `PUT` adds the body (a JSON object with every field in `required`)
+/// with a new `id`.
+fn collection(
+    s: &Ns1State,
+    items: &Mutex<Vec<Value>>,
+    method: &Method,
+    body: &[u8],
+    required: &[&str],
+) -> Response {
+    let mut items = items.lock().unwrap_or_else(PoisonError::into_inner);
+    match *method {
+        Method::GET => axum::Json(Value::Array(items.clone())).into_response(),
+        Method::PUT => {
+            let Ok(Value::Object(mut item)) = serde_json::from_slice::<Value>(body) else {
+                return ns1_error(StatusCode::BAD_REQUEST, "Input validation failed");
+            };
+            if let Some(missing) = required.iter().find(|k| !item.contains_key(**k)) {
+                return ns1_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("Input validation failed: {missing} is required"),
+                );
+            }
+            item.insert("id".into(), json!(s.id()));
+            let item = Value::Object(item);
+            items.push(item.clone());
+            axum::Json(item).into_response()
+        }
+        _ => ns1_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed"),
+    }
+}
+
+async fn lists(
+    State(s): State<Arc<Ns1State>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(refusal) = s.admit(&headers).await {
+        return refusal;
+    }
+    collection(&s, &s.lists, &method, &body, &["name", "notify_list"])
+}
+
+async fn jobs(
+    State(s): State<Arc<Ns1State>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(refusal) = s.admit(&headers).await {
+        return refusal;
+    }
+    collection(
+        &s,
+        &s.jobs,
+        &method,
+        &body,
+        &["name", "job_type", "config", "regions"],
+    )
+}
+
+async fn replace_job(
+    State(s): State<Arc<Ns1State>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(refusal) = s.admit(&headers).await {
+        return refusal;
+    }
+    let Ok(Value::Object(mut job)) = serde_json::from_slice::<Value>(&body) else {
+        return ns1_error(StatusCode::BAD_REQUEST, "Input validation failed");
+    };
+    let mut jobs = s.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(existing) = jobs
+        .iter_mut()
+        .find(|j| j.get("id").and_then(Value::as_str) == Some(id.as_str()))
+    else {
+        return ns1_error(StatusCode::NOT_FOUND, "job not found");
+    };
+    job.insert("id".into(), json!(id));
+    *existing = Value::Object(job);
+    axum::Json(existing.clone()).into_response()
 }
