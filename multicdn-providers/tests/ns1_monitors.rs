@@ -190,6 +190,14 @@ async fn monitors_are_made_from_the_policy_and_drive_the_answers_up_with_up_firs
         .expect(1)
         .mount(&server)
         .await;
+    // The zone holds nothing else at the name (checked before a new CNAME is written).
+    Mock::given(method("GET"))
+        .and(path("/v1/zones/example.com"))
+        .and(header("X-NSONE-Key", KEY))
+        .respond_with(ok(json!({"zone": "example.com", "records": []})))
+        .expect(1)
+        .mount(&server)
+        .await;
 
     let mut steerer = steerer(&server);
     let feeds = steerer
