@@ -89,7 +89,7 @@ impl PurgeLimits {
 }
 
 /// A token bucket: full at the start, refilling `per_second` up to `capacity`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Bucket {
     per_second: f64,
     capacity: f64,
@@ -144,12 +144,7 @@ impl Buckets {
         let mut wait = Duration::ZERO;
         for g in &mut guards {
             // Probe without spending: refill, then check.
-            let mut probe = Bucket {
-                per_second: g.per_second,
-                capacity: g.capacity,
-                tokens: g.tokens,
-                last: g.last,
-            };
+            let mut probe = (**g).clone();
             if let Err(w) = probe.take(now, cost) {
                 wait = wait.max(w);
             }

@@ -23,7 +23,7 @@
 //! The plan in force is published on a watch channel ([`Controller::plans`]) for readers such
 //! as the content-steering server.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,7 +52,7 @@ use multicdn_steering::video::{ContentSteeringSteerer, SharedPlan};
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
-use crate::ledger::HealthLedger;
+use crate::ledger::{HealthLedger, OutReason};
 use crate::record::{ApplyOutcome, ApplyRecord, ErrorRecord, RoundRecord};
 use crate::store::{ControllerState, MemoryStore, StateStore, StoreError};
 
@@ -693,15 +693,15 @@ impl Controller {
         );
         let plan_changed = decision.plan != st.plan;
         let dry_run = self.is_dry_run();
-        if !dry_run && !self.inner.video.is_empty() {
-            let out: BTreeSet<ProviderId> = st
-                .ledger
-                .entries()
-                .filter(|(_, e)| e.is_out())
-                .map(|(p, _)| p.clone())
-                .collect();
+        let out: BTreeMap<ProviderId, Vec<OutReason>> = st
+            .ledger
+            .entries()
+            .filter(|(_, e)| e.is_out())
+            .map(|(p, e)| (p.clone(), e.reasons.clone()))
+            .collect();
+        if !dry_run {
             for video in &self.inner.video {
-                video.set_unavailable(out.clone());
+                video.set_unavailable(out.keys().cloned().collect());
             }
         }
         let mut applied = Vec::with_capacity(self.inner.actuators.len());
@@ -730,12 +730,6 @@ impl Controller {
                 outcome,
             });
         }
-        let out = st
-            .ledger
-            .entries()
-            .filter(|(_, e)| e.is_out())
-            .map(|(p, e)| (p.clone(), e.reasons.clone()))
-            .collect();
         st.round += 1;
         let record = RoundRecord {
             round: st.round,
