@@ -55,6 +55,16 @@ function showError(target, err) {
   target.replaceChildren(el('p', { class: 'error' }, String(err.message || err)));
 }
 
+// Replaces target's content with what build() resolves to (a list of nodes), or with the error.
+async function fill(target, build) {
+  try {
+    target.replaceChildren(...(await build()));
+  } catch (e) {
+    showError(target, e);
+    throw e;
+  }
+}
+
 function weightsText(w) {
   return Object.entries(w || {}).map(([p, v]) => `${p} ${pct(v)}`).join(', ') || '—';
 }
@@ -117,9 +127,8 @@ async function renderBoard() {
 
 // --- 3: weights in force ------------------------------------------------------------------------
 
-async function renderWeights() {
-  const target = $('#weights');
-  try {
+function renderWeights() {
+  return fill($('#weights'), async () => {
     const w = await getJson('weights');
     const flags = [`round ${w.round}`, `mode ${w.mode}`];
     if (w.dry_run) flags.push('dry run: nothing is applied');
@@ -138,19 +147,15 @@ async function renderWeights() {
         el('strong', {}, c.cohort), ' ', el('span', { class: 'muted' }, c.networks.join(', ')),
         bar, el('span', { class: 'weights-text' }, weightsText(c.weights))));
     }
-    target.replaceChildren(el('p', { class: w.mode === 'normal' ? 'muted' : 'warn' }, flags.join(' · ')), list);
     fillCohorts(w.cohorts);
-  } catch (e) {
-    showError(target, e);
-    throw e;
-  }
+    return [el('p', { class: w.mode === 'normal' ? 'muted' : 'warn' }, flags.join(' · ')), list];
+  });
 }
 
 // --- 4: loop health -----------------------------------------------------------------------------
 
-async function renderLoop() {
-  const target = $('#loop');
-  try {
+function renderLoop() {
+  return fill($('#loop'), async () => {
     const l = await getJson('loop', { hours: 24 });
     const rules = Object.entries(l.by_rule || {}).map(([r, n]) => `${r} ${n}`).join(', ') || 'none';
     const dl = el('dl', {},
@@ -163,18 +168,14 @@ async function renderLoop() {
         `${o.cohort}: ${o.reversals} reversals, ${when(o.from)} – ${when(o.to)}`));
     }
     if (l.oscillating.length === 0) osc.append(el('li', { class: 'muted' }, 'no cohort oscillates'));
-    target.replaceChildren(dl, el('h3', {}, 'Oscillating cohorts'), osc);
-  } catch (e) {
-    showError(target, e);
-    throw e;
-  }
+    return [dl, el('h3', {}, 'Oscillating cohorts'), osc];
+  });
 }
 
 // --- 5: provider health -------------------------------------------------------------------------
 
-async function renderHealth() {
-  const target = $('#health');
-  try {
+function renderHealth() {
+  return fill($('#health'), async () => {
     const h = await getJson('health');
     const list = el('ul', { class: 'providers' });
     for (const p of h.providers) {
@@ -187,11 +188,8 @@ async function renderHealth() {
         el('span', { class: 'dot' }), el('strong', {}, p.provider), ` ${p.out ? 'out of rotation' : 'in rotation'}`,
         p.reasons.length ? reasons : null));
     }
-    target.replaceChildren(list);
-  } catch (e) {
-    showError(target, e);
-    throw e;
-  }
+    return [list];
+  });
 }
 
 // --- 6: the journal -----------------------------------------------------------------------------
