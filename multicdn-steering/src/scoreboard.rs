@@ -1139,6 +1139,20 @@ impl Snapshot {
             .map(Timestamp::from_millis)
     }
 
+    /// Every cut with samples in the window for `metric` (countries, continents, ASNs,
+    /// global), sorted.
+    pub fn networks(&self, metric: Metric) -> Vec<NetworkKey> {
+        let mut out: Vec<NetworkKey> = self
+            .cuts
+            .keys()
+            .filter(|k| k.metric == metric)
+            .map(|k| k.network)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// The ASNs seen in the window for `metric`.
     pub fn asns(&self, metric: Metric) -> Vec<u32> {
         let mut out: Vec<u32> = self

@@ -46,15 +46,39 @@ use multicdn_steering::error::SteeringError;
 use multicdn_steering::ingest::{IngestReport, Ingestor};
 use multicdn_steering::journal::{Journal, JournalEntry};
 use multicdn_steering::resolve::{NetworkResolver, NoResolver};
-use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig, Snapshot};
+use multicdn_steering::scoreboard::{Metric, Recorded, Scoreboard, ScoreboardConfig, Snapshot};
 use multicdn_steering::scorer::P75Ttfb;
 use multicdn_steering::video::{ContentSteeringSteerer, SharedPlan};
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
 use crate::ledger::{HealthLedger, OutReason};
+use crate::operator::{Command, Operator, OperatorError, OperatorRecord, Overrides};
 use crate::record::{ApplyOutcome, ApplyRecord, ErrorRecord, RoundRecord};
 use crate::store::{ControllerState, MemoryStore, StateStore, StoreError};
+
+/// Calls `tick` now and then every `interval` until `shutdown` completes; a tick in flight
+/// finishes first.
+pub(crate) async fn every<F, Fut>(
+    interval: Duration,
+    shutdown: impl Future<Output = ()>,
+    mut tick: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            _ = ticker.tick() => {}
+        }
+        tick().await;
+    }
+}
 
 /// Beacons as they arrive: NDJSON bytes as the receiver logged them, or beacons already parsed.
 #[derive(Debug, Clone)]
@@ -115,6 +139,9 @@ pub enum ControllerError {
     /// Two actuators share a name.
     #[error("two actuators are named {0}")]
     DuplicateActuator(String),
+    /// An operator switch was refused.
+    #[error("operator switch refused: {0}")]
+    Operator(#[from] OperatorError),
 }
 
 struct Actuator {
@@ -131,7 +158,12 @@ struct Loop {
     rounds: Vec<RoundRecord>,
     /// The plan each actuator is known to hold (`None`: unknown, apply).
     applied: Vec<Option<SteeringPlan>>,
+    overrides: Overrides,
+    operator: Vec<OperatorRecord>,
 }
+
+/// Operator records kept (switches are rare; this is years of them).
+const OPERATOR_KEPT: usize = 10_000;
 
 struct Inner {
     policy: Arc<Policy>,
@@ -144,6 +176,8 @@ struct Inner {
     scorer: Box<dyn Scorer>,
     board: Mutex<Scoreboard>,
     ingestor: Mutex<Ingestor<Arc<dyn NetworkResolver>>>,
+    resolver: Arc<dyn NetworkResolver>,
+    probe_order: Vec<String>,
     events_tx: mpsc::UnboundedSender<Event>,
     events_rx: Mutex<mpsc::UnboundedReceiver<Event>>,
     state: tokio::sync::Mutex<Loop>,
@@ -336,6 +370,8 @@ impl ControllerBuilder {
                 ledger: saved.state.ledger,
                 rounds: saved.journal,
                 applied: vec![None; self.actuators.len()],
+                overrides: saved.state.overrides,
+                operator: saved.state.operator,
             },
             None => Loop {
                 round: 0,
@@ -344,6 +380,8 @@ impl ControllerBuilder {
                 ledger: HealthLedger::new(providers.iter().cloned(), now),
                 rounds: Vec::new(),
                 applied: vec![None; self.actuators.len()],
+                overrides: Overrides::default(),
+                operator: Vec::new(),
             },
         };
         for p in &providers {
@@ -372,6 +410,8 @@ impl ControllerBuilder {
                 store: self.store,
                 scorer,
                 board: Mutex::new(board),
+                resolver: Arc::clone(&self.resolver),
+                probe_order: probe_order.clone(),
                 ingestor: Mutex::new(
                     Ingestor::new(self.resolver)
                         .probe_order(probe_order)
@@ -525,26 +565,32 @@ impl Controller {
             .ingest_bytes(bytes, &mut board);
     }
 
-    /// Records one parsed beacon.
-    pub fn record(&self, received: &Received) {
+    /// Records one parsed beacon; what became of it (for a probe beacon, the first of its
+    /// times not stored, else [`Recorded::Stored`]).
+    pub fn record(&self, received: &Received) -> Recorded {
         let mut board = self
             .inner
             .board
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         match &received.beacon {
-            Beacon::Navigation(nav) => {
-                board.record_navigation(received.at, received.network, nav);
-            }
-            Beacon::Probe(probe) => {
-                let order: Vec<String> = board
-                    .providers()
-                    .iter()
-                    .map(|p| p.as_str().to_owned())
-                    .collect();
-                board.record_probe(received.at, received.network, probe, &order);
-            }
+            Beacon::Navigation(nav) => board.record_navigation(received.at, received.network, nav),
+            Beacon::Probe(probe) => board
+                .record_probe(
+                    received.at,
+                    received.network,
+                    probe,
+                    &self.inner.probe_order,
+                )
+                .into_iter()
+                .find(|r| !matches!(r, Recorded::Stored | Recorded::Clamped))
+                .unwrap_or(Recorded::Stored),
         }
+    }
+
+    /// How often [`Controller::run`] runs a round.
+    pub fn interval(&self) -> Duration {
+        self.inner.interval
     }
 
     /// Records a batch of parsed beacons under one lock.
@@ -564,7 +610,9 @@ impl Controller {
         while let Some(b) = stream.next().await {
             match b.into() {
                 BeaconInput::Bytes(bytes) => self.ingest_bytes(&bytes),
-                BeaconInput::Parsed(r) => self.record(&r),
+                BeaconInput::Parsed(r) => {
+                    self.record(&r);
+                }
             }
         }
     }
@@ -673,8 +721,15 @@ impl Controller {
             board.snapshot(now, self.inner.policy.steering.rum.window.get())
         };
         let data_as_of = snapshot.newest_sample();
+        let effective;
+        let policy: &Policy = if st.overrides.is_empty() {
+            &self.inner.policy
+        } else {
+            effective = st.overrides.apply_to(&self.inner.policy);
+            &effective
+        };
         let cohorts = cohort_inputs(
-            &self.inner.policy,
+            policy,
             &snapshot,
             Metric::Ttfb,
             self.inner.scorer.as_ref(),
@@ -683,7 +738,7 @@ impl Controller {
         let decision = engine::decide(
             now,
             &Inputs {
-                policy: &self.inner.policy,
+                policy,
                 current: &st.plan,
                 cohorts: &cohorts,
                 health: &health,
@@ -752,23 +807,7 @@ impl Controller {
         st.plan = decision.plan;
         st.engine = decision.state;
         st.rounds.push(record.clone());
-        let saved = ControllerState {
-            round: st.round,
-            plan: st.plan.clone(),
-            engine: st.engine.clone(),
-            ledger: st.ledger.clone(),
-            outstanding: self
-                .inner
-                .fanout
-                .as_ref()
-                .map(PurgeFanout::outstanding)
-                .unwrap_or_default(),
-            last: Some(record.clone()),
-        };
-        let store_error = self.inner.store.save(&saved).err().map(|e| {
-            tracing::error!(error = %e, "the controller's state could not be saved");
-            e.to_string()
-        });
+        let store_error = self.save(st, Some(record.clone()));
         let plan = Arc::new(st.plan.clone());
         self.inner.plan_tx.send_if_modified(|p| {
             if **p == *plan {
@@ -784,6 +823,101 @@ impl Controller {
             events,
             store_error,
         }
+    }
+
+    fn save(&self, st: &Loop, last: Option<RoundRecord>) -> Option<String> {
+        let saved = ControllerState {
+            round: st.round,
+            plan: st.plan.clone(),
+            engine: st.engine.clone(),
+            ledger: st.ledger.clone(),
+            outstanding: self
+                .inner
+                .fanout
+                .as_ref()
+                .map(PurgeFanout::outstanding)
+                .unwrap_or_default(),
+            // An operator's save between rounds appends no round to the journal.
+            last,
+            overrides: st.overrides.clone(),
+            operator: st.operator.clone(),
+        };
+        self.inner.store.save(&saved).err().map(|e| {
+            tracing::error!(error = %e, "the controller's state could not be saved");
+            e.to_string()
+        })
+    }
+
+    /// Uses an operator switch: checks it against the policy, applies it from the next round
+    /// (drain and dry run at once), saves it with the state, and records who and why. A
+    /// refused switch changes nothing.
+    pub async fn operate(
+        &self,
+        operator: Operator,
+        command: Command,
+    ) -> Result<OperatorRecord, ControllerError> {
+        if operator.who.trim().is_empty() || operator.why.trim().is_empty() {
+            return Err(OperatorError::Unattributed {
+                who: operator.who,
+                why: operator.why,
+            }
+            .into());
+        }
+        let now = self.inner.clock.now();
+        let mut guard = self.inner.state.lock().await;
+        let st = &mut *guard;
+        let reason = format!("{} ({})", operator.why, operator.who);
+        st.overrides
+            .update(&self.inner.policy, &command, &reason, now)?;
+        match &command {
+            Command::Drain { provider, on } => {
+                if let Some(m) = &self.inner.monitor {
+                    let _ = m.set_drained(provider, *on);
+                }
+                st.ledger.set_drained(provider, *on, now);
+            }
+            Command::DryRun { on } => self.set_dry_run(*on),
+            Command::Static { .. } | Command::Pin { .. } | Command::Unpin { .. } => {}
+        }
+        let record = OperatorRecord {
+            at: now,
+            operator,
+            command,
+            from_round: st.round + 1,
+        };
+        tracing::warn!(
+            who = %record.operator.who, why = %record.operator.why, command = %record.command,
+            from_round = record.from_round, "operator switch"
+        );
+        st.operator.push(record.clone());
+        if st.operator.len() > OPERATOR_KEPT {
+            let excess = st.operator.len() - OPERATOR_KEPT;
+            st.operator.drain(..excess);
+        }
+        if let Some(e) = self.save(st, None) {
+            tracing::error!(error = %e, "the operator switch is in force but not saved");
+        }
+        Ok(record)
+    }
+
+    /// Every operator switch used, oldest first.
+    pub async fn operator_log(&self) -> Vec<OperatorRecord> {
+        self.inner.state.lock().await.operator.clone()
+    }
+
+    /// The operator's switches in force.
+    pub async fn overrides(&self) -> Overrides {
+        self.inner.state.lock().await.overrides.clone()
+    }
+
+    /// The network of a client address, by the controller's resolver.
+    pub fn resolve(&self, ip: std::net::IpAddr) -> multicdn_steering::beacon::ClientNetwork {
+        self.inner.resolver.resolve(ip)
+    }
+
+    /// The controller's clock.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.inner.clock)
     }
 
     /// A quorum verdict restored from the store outlives the monitor's memory (a new monitor
@@ -850,17 +984,10 @@ impl Controller {
     /// controller's own choice). Beacons are taken in meanwhile through [`Controller::consume`]
     /// or the ingest methods.
     pub async fn run(&self, clock: impl Clock, shutdown: impl Future<Output = ()>) {
-        let mut ticker = tokio::time::interval(self.inner.interval);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                _ = ticker.tick() => {}
-            }
+        every(self.inner.interval, shutdown, || async {
             self.round(clock.now()).await;
-        }
+        })
+        .await;
     }
 
     /// The engine's journal entries of the last round (for printing a timeline).

@@ -74,13 +74,17 @@
 
 pub mod controller;
 pub mod ledger;
+pub mod operator;
 pub mod record;
+#[cfg(feature = "service")]
+pub mod service;
 pub mod store;
 
 pub use controller::{
     BeaconInput, Controller, ControllerBuilder, ControllerError, Retry, RoundReport,
 };
 pub use ledger::{HealthLedger, LedgerEntry, OutReason};
+pub use operator::{Command, Operator, OperatorError, OperatorRecord, Overrides};
 pub use record::{ApplyOutcome, ApplyRecord, ErrorRecord, RoundRecord};
 pub use store::{ControllerState, FileStore, MemoryStore, Saved, StateStore, StoreError};
 

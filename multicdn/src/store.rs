@@ -23,6 +23,7 @@ use multicdn_steering::engine::EngineState;
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::HealthLedger;
+use crate::operator::{OperatorRecord, Overrides};
 use crate::record::RoundRecord;
 
 /// The controller's memory between rounds.
@@ -43,6 +44,12 @@ pub struct ControllerState {
     /// The last round's record (repairs the journal after a crash between the two writes).
     #[serde(default)]
     pub last: Option<RoundRecord>,
+    /// The operator's switches in force (static mode, pins).
+    #[serde(default)]
+    pub overrides: Overrides,
+    /// Every operator switch used, oldest first (the last 10,000).
+    #[serde(default)]
+    pub operator: Vec<OperatorRecord>,
 }
 
 /// What a store held at start.

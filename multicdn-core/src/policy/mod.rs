@@ -458,6 +458,39 @@ pub struct RumPolicy {
     /// Providers under this availability are not scored at all.
     #[serde(default = "default_availability")]
     pub availability_threshold: Share,
+    /// The client-side probe the shipped browser script runs (seed 000 section 8).
+    #[serde(default)]
+    pub probe: ProbePolicy,
+}
+
+/// The sampled client-side probe: on a share of page loads the browser fetches the same small
+/// object through every provider and reports each time, the paired comparison the scoreboard's
+/// probe cells hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ProbePolicy {
+    /// The share of page loads that run the probe (`2%`).
+    #[serde(default = "default_probe_sample")]
+    pub sample: Share,
+    /// The probe object's absolute URL through each provider
+    /// (`fastly: https://a.cdn.example.com/_multicdn/probe.gif`); none: the script only sends
+    /// navigation beacons.
+    #[serde(default)]
+    pub objects: BTreeMap<ProviderId, String>,
+}
+
+fn default_probe_sample() -> Share {
+    Share::percent(2)
+}
+
+impl Default for ProbePolicy {
+    fn default() -> ProbePolicy {
+        ProbePolicy {
+            sample: default_probe_sample(),
+            objects: BTreeMap::new(),
+        }
+    }
 }
 
 fn default_percentile() -> u8 {
@@ -501,6 +534,7 @@ impl Default for RumPolicy {
             step: default_step(),
             settle: default_settle(),
             availability_threshold: default_availability(),
+            probe: ProbePolicy::default(),
         }
     }
 }
@@ -568,6 +602,22 @@ pub struct Pin {
 }
 
 impl Pin {
+    /// A pin of `network` to `weights` until `until`, for `reason` (checked by
+    /// [`Pin::weights`] and, in a policy file, by validation).
+    pub fn new(
+        network: NetworkKey,
+        weights: BTreeMap<ProviderId, Share>,
+        until: Timestamp,
+        reason: impl Into<String>,
+    ) -> Pin {
+        Pin {
+            network,
+            weights,
+            until,
+            reason: reason.into(),
+        }
+    }
+
     /// The split as [`Weights`].
     pub fn weights(&self) -> Result<Weights, crate::weights::WeightsError> {
         Weights::new(self.weights.iter().map(|(p, s)| (p.clone(), s.bp())))

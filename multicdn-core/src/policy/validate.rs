@@ -599,6 +599,32 @@ fn steering(policy: &Policy, out: &mut Problems) {
             "must be above zero, like 1h".into(),
         ));
     }
+    if rum.probe.sample.bp() > TOTAL_BP {
+        out.push((
+            "steering.rum.probe.sample".into(),
+            format!("{} must be at most 100%", rum.probe.sample),
+        ));
+    }
+    for (provider, url) in &rum.probe.objects {
+        let field = format!("steering.rum.probe.objects.{provider}");
+        if !policy.providers.contains_key(provider) {
+            out.push((
+                field,
+                format!("{provider} is not one of the policy's providers"),
+            ));
+        } else if !(url.starts_with("https://") || url.starts_with("http://"))
+            || url.len() > 2048
+            || url.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            out.push((
+                field,
+                format!(
+                    "{:?} must be an absolute http(s) URL, like https://a.cdn.example.com/_multicdn/probe.gif",
+                    url.chars().take(64).collect::<String>()
+                ),
+            ));
+        }
+    }
     let g = &s.guardrails;
     for (field, share) in [
         ("max_moved_per_hour", g.max_moved_per_hour),

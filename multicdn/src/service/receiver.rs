@@ -1,0 +1,652 @@
+//! The beacon receiver: `POST /rum/nav` and `POST /rum/cdn`, as browsers send them.
+//!
+//! `navigator.sendBeacon(url, string)` sends the JSON text as `text/plain;charset=UTF-8` (a
+//! CORS-safelisted request: no preflight); a `fetch` fallback may send `application/json`
+//! after a preflight. Both are read. For every request, in this order, so that a flood costs
+//! as little as possible:
+//!
+//! 1. **Origin**: a browser's `Origin` must be one of the site's origins.
+//! 2. **Content type**: `text/plain`, `application/json` or none.
+//! 3. **Size**: the body is read up to the cap (a `Content-Length` above it is refused
+//!    unread), within a time limit.
+//! 4. **Client**: the socket's address, or the client named by `Forwarded` /
+//!    `X-Forwarded-For` when, and only when, the socket's peer is a configured trusted proxy
+//!    (walking the chain from the right past trusted proxies). A forwarding header from anyone
+//!    else is not believed, and counted.
+//! 5. **Rate**: a token bucket per client (per address, per /64 for IPv6), in a table of fixed
+//!    size, so memory stays bounded whatever the number of addresses.
+//! 6. **Beacon**: the JSON is parsed once; times must be plausible, providers the policy's. A
+//!    client's own `at` is never used: the server stamps the receive time, and a client clock
+//!    ahead of it by more than the skew marks a beacon as forged or broken. A beacon `id` seen
+//!    before is a duplicate (a retried send): answered as accepted, counted, never recorded
+//!    twice.
+//!
+//! Every refusal is counted by kind and reason (`multicdn_beacons_rejected_total`) and
+//! answered with a status a client can act on: 403, 415, 413, 408, 429 (with `Retry-After`),
+//! 400 for JSON that does not parse, 422 for a beacon that parses but cannot be used.
+
+use std::collections::hash_map::RandomState;
+use std::collections::{HashSet, VecDeque};
+use std::hash::BuildHasher;
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use http_body_util::BodyExt;
+use ipnet::IpNet;
+use multicdn_core::Timestamp;
+use multicdn_steering::beacon::{
+    Beacon, ClientNetwork, NavigationBeacon, ProbeBeacon, ProbeTimes, Received,
+};
+use multicdn_steering::scoreboard::Recorded;
+use serde::{Deserialize, Serialize};
+
+use super::Service;
+
+/// Which endpoint a beacon came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// `/rum/nav`: a page load.
+    Nav,
+    /// `/rum/cdn`: a probe run.
+    Probe,
+}
+
+impl Kind {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Kind::Nav => "nav",
+            Kind::Probe => "probe",
+        }
+    }
+}
+
+/// Why a beacon was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reject {
+    /// An `Origin` that is not one of the site's.
+    Origin,
+    /// A content type other than `text/plain` or `application/json`.
+    ContentType,
+    /// A body over the cap.
+    TooLarge,
+    /// The body did not arrive within the time limit.
+    Timeout,
+    /// Over the client's rate limit.
+    RateLimited,
+    /// Not JSON (or not UTF-8).
+    Malformed,
+    /// JSON, but not the endpoint's beacon (a field missing or of the wrong type).
+    NotABeacon,
+    /// A provider the policy does not name (the client's `unknown` included).
+    UnknownProvider,
+    /// A time that cannot be real (negative, zero, not finite).
+    Implausible,
+    /// The client's own clock is ahead of the receive time by more than the allowed skew.
+    ClockSkew,
+    /// A beacon id seen before.
+    Duplicate,
+}
+
+impl Reject {
+    /// Every reason, for reports.
+    pub const ALL: [Reject; 11] = [
+        Reject::Origin,
+        Reject::ContentType,
+        Reject::TooLarge,
+        Reject::Timeout,
+        Reject::RateLimited,
+        Reject::Malformed,
+        Reject::NotABeacon,
+        Reject::UnknownProvider,
+        Reject::Implausible,
+        Reject::ClockSkew,
+        Reject::Duplicate,
+    ];
+
+    /// The metric label (`unknown_provider`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Reject::Origin => "origin",
+            Reject::ContentType => "content_type",
+            Reject::TooLarge => "too_large",
+            Reject::Timeout => "timeout",
+            Reject::RateLimited => "rate_limited",
+            Reject::Malformed => "malformed",
+            Reject::NotABeacon => "not_a_beacon",
+            Reject::UnknownProvider => "unknown_provider",
+            Reject::Implausible => "implausible",
+            Reject::ClockSkew => "clock_skew",
+            Reject::Duplicate => "duplicate",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            Reject::Origin => StatusCode::FORBIDDEN,
+            Reject::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Reject::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Reject::Timeout => StatusCode::REQUEST_TIMEOUT,
+            Reject::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Reject::Malformed => StatusCode::BAD_REQUEST,
+            // A retried send: the client did its job; nothing is recorded twice.
+            Reject::Duplicate => StatusCode::NO_CONTENT,
+            Reject::NotABeacon
+            | Reject::UnknownProvider
+            | Reject::Implausible
+            | Reject::ClockSkew => StatusCode::UNPROCESSABLE_ENTITY,
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            Reject::Origin => "this origin may not send beacons here",
+            Reject::ContentType => "send text/plain or application/json",
+            Reject::TooLarge => "the beacon is over the size limit",
+            Reject::Timeout => "the body did not arrive in time",
+            Reject::RateLimited => "too many beacons from this client; retry later",
+            Reject::Malformed => "the body is not JSON",
+            Reject::NotABeacon => "not a beacon for this endpoint",
+            Reject::UnknownProvider => "a provider this site does not use",
+            Reject::Implausible => "a time that cannot be real",
+            Reject::ClockSkew => "the beacon is dated in the future",
+            Reject::Duplicate => "already received",
+        }
+    }
+}
+
+impl IntoResponse for Reject {
+    fn into_response(self) -> Response {
+        let mut r = (self.status(), self.message()).into_response();
+        r.headers_mut()
+            .insert("x-multicdn-reject", HeaderValue::from_static(self.label()));
+        if self == Reject::RateLimited {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        r
+    }
+}
+
+/// The per-client limits of the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimit {
+    /// Beacons a second a client may send, sustained.
+    pub per_second: NonZeroU32,
+    /// Beacons a client may send at once.
+    pub burst: NonZeroU32,
+    /// Buckets in the table (clients hash into them; memory is bounded by this).
+    pub buckets: u32,
+}
+
+impl Default for ClientLimit {
+    fn default() -> ClientLimit {
+        ClientLimit {
+            per_second: NonZeroU32::MIN.saturating_add(9),
+            burst: NonZeroU32::MIN.saturating_add(29),
+            buckets: 1 << 17,
+        }
+    }
+}
+
+/// The receiver's own state: the rate table and the ids seen.
+pub(crate) struct Receiver {
+    limiter: DefaultKeyedRateLimiter<u32>,
+    buckets: u32,
+    hasher: RandomState,
+    seen: Mutex<Seen>,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("buckets", &self.buckets)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Seen {
+    set: HashSet<(Kind, Box<str>)>,
+    order: VecDeque<(Kind, Box<str>)>,
+    cap: usize,
+}
+
+impl Seen {
+    /// Remembers `id`; false when it was already there.
+    fn insert(&mut self, kind: Kind, id: &str) -> bool {
+        let key = (kind, Box::<str>::from(id));
+        if self.set.contains(&key) {
+            return false;
+        }
+        if self.order.len() >= self.cap
+            && let Some(old) = self.order.pop_front()
+        {
+            self.set.remove(&old);
+        }
+        self.order.push_back(key.clone());
+        self.set.insert(key);
+        true
+    }
+}
+
+impl Receiver {
+    pub(crate) fn new(limit: ClientLimit, remembered: usize) -> Receiver {
+        Receiver {
+            limiter: RateLimiter::keyed(
+                Quota::per_second(limit.per_second).allow_burst(limit.burst),
+            ),
+            buckets: limit.buckets.max(1),
+            hasher: RandomState::new(),
+            seen: Mutex::new(Seen {
+                set: HashSet::new(),
+                order: VecDeque::new(),
+                cap: remembered.max(1),
+            }),
+        }
+    }
+
+    fn allow(&self, client: IpAddr) -> bool {
+        let key = match client {
+            IpAddr::V4(v4) => u64::from(u32::from(v4)),
+            // A client holds a /64.
+            IpAddr::V6(v6) => (u128::from(v6) >> 64) as u64 ^ (1 << 63),
+        };
+        let bucket = (self.hasher.hash_one(key) % u64::from(self.buckets)) as u32;
+        self.limiter.check_key(&bucket).is_ok()
+    }
+
+    /// Forgets buckets that are full again (call now and then).
+    pub(crate) fn tidy(&self) {
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+
+    fn first_time(&self, kind: Kind, id: &str) -> bool {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(kind, id)
+    }
+}
+
+/// The client's address: the socket's, or the forwarded client's through trusted proxies.
+/// The flag says a forwarding header came from an untrusted peer (and was not believed).
+pub(crate) fn client_address(
+    peer: IpAddr,
+    headers: &HeaderMap,
+    trusted: &[IpNet],
+) -> (IpAddr, bool) {
+    let peer = canonical(peer);
+    let chain = forwarded_chain(headers);
+    if chain.is_empty() {
+        return (peer, false);
+    }
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
+    if !is_trusted(&peer) {
+        return (peer, true);
+    }
+    let mut client = peer;
+    for hop in chain.iter().rev() {
+        match hop {
+            Some(ip) => {
+                client = canonical(*ip);
+                if !is_trusted(&client) {
+                    break;
+                }
+            }
+            // A hop the proxy could not name (`unknown`, garbage): stop at the last address
+            // we trust.
+            None => break,
+        }
+    }
+    (client, false)
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The addresses of `Forwarded` (RFC 7239) when present, else of `X-Forwarded-For`, left
+/// (client) to right (nearest proxy); `None` for a hop that does not parse.
+fn forwarded_chain(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
+    let forwarded: Vec<&str> = headers
+        .get_all(header::FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if !forwarded.is_empty() {
+        return forwarded
+            .iter()
+            .flat_map(|v| v.split(','))
+            .filter_map(|element| {
+                element.split(';').find_map(|pair| {
+                    let (k, v) = pair.trim().split_once('=')?;
+                    k.trim()
+                        .eq_ignore_ascii_case("for")
+                        .then(|| node_address(v))
+                })
+            })
+            .collect();
+    }
+    headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(node_address)
+        .collect()
+}
+
+/// `192.0.2.1`, `192.0.2.1:80`, `"[2001:db8::1]:4711"`, `2001:db8::1`.
+fn node_address(raw: &str) -> Option<IpAddr> {
+    let s = raw.trim().trim_matches('"');
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        return rest.split_once(']').and_then(|(ip, _)| ip.parse().ok());
+    }
+    s.rsplit_once(':').and_then(|(ip, _)| ip.parse().ok())
+}
+
+#[derive(Deserialize)]
+struct NavWire {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    at: Option<serde_json::Value>,
+    #[serde(default)]
+    path: String,
+    ttfb: f64,
+    provider: String,
+    #[serde(default)]
+    pop: String,
+    #[serde(default)]
+    cache: String,
+}
+
+#[derive(Deserialize)]
+struct ProbeWire {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    at: Option<serde_json::Value>,
+    times: ProbeTimes,
+    #[serde(default)]
+    best: String,
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Reject> {
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => Reject::NotABeacon,
+        _ => Reject::Malformed,
+    })
+}
+
+/// The client's own time, when it sent one: milliseconds since the epoch or RFC 3339.
+fn client_time(at: Option<&serde_json::Value>) -> Option<Timestamp> {
+    match at? {
+        serde_json::Value::Number(n) => {
+            let ms = n.as_f64()?;
+            (0.0..1e15)
+                .contains(&ms)
+                .then(|| Timestamp::from_millis(ms as u64))
+        }
+        serde_json::Value::String(s) => Timestamp::parse_rfc3339(s).ok(),
+        _ => None,
+    }
+}
+
+/// Reads one beacon body and builds what the scoreboard records.
+pub(crate) fn read_beacon(
+    service: &Service,
+    kind: Kind,
+    body: &[u8],
+    now: Timestamp,
+    network: ClientNetwork,
+) -> Result<(Received, Option<String>), Reject> {
+    let known = service.providers();
+    let (beacon, id, at) = match kind {
+        Kind::Nav => {
+            let w: NavWire = parse(body)?;
+            if !(w.ttfb.is_finite() && w.ttfb > 0.0) {
+                return Err(Reject::Implausible);
+            }
+            if !known.iter().any(|p| p.as_str() == w.provider) {
+                return Err(Reject::UnknownProvider);
+            }
+            let nav = NavigationBeacon::new(&w.path, w.ttfb, &w.provider, &w.pop, &w.cache);
+            (Beacon::Navigation(nav), w.id, w.at)
+        }
+        Kind::Probe => {
+            let w: ProbeWire = parse(body)?;
+            let times: Vec<(String, Option<f64>)> = match w.times {
+                ProbeTimes::ByProvider(map) => map.into_iter().collect(),
+                ProbeTimes::InOrder(list) => {
+                    if list.len() != known.len() {
+                        return Err(Reject::NotABeacon);
+                    }
+                    known
+                        .iter()
+                        .map(|p| p.as_str().to_owned())
+                        .zip(list)
+                        .collect()
+                }
+            };
+            if times.is_empty() {
+                return Err(Reject::NotABeacon);
+            }
+            if times
+                .iter()
+                .any(|(p, _)| !known.iter().any(|k| k.as_str() == p))
+            {
+                return Err(Reject::UnknownProvider);
+            }
+            if times
+                .iter()
+                .any(|(_, t)| t.is_some_and(|t| !(t.is_finite() && t > 0.0)))
+            {
+                return Err(Reject::Implausible);
+            }
+            let probe = ProbeBeacon::new(times, &w.best);
+            (Beacon::Probe(probe), w.id, w.at)
+        }
+    };
+    if let Some(client) = client_time(at.as_ref())
+        && client.since(now) > service.inner.config.skew
+    {
+        return Err(Reject::ClockSkew);
+    }
+    let id = id
+        .filter(|id| !id.is_empty())
+        .map(|id| id.chars().take(64).collect());
+    Ok((
+        Received {
+            at: now,
+            network,
+            beacon,
+        },
+        id,
+    ))
+}
+
+fn content_type_ok(headers: &HeaderMap) -> bool {
+    let Some(v) = headers.get(header::CONTENT_TYPE) else {
+        return true;
+    };
+    let Ok(v) = v.to_str() else {
+        return false;
+    };
+    let essence = v.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("text/plain") || essence.eq_ignore_ascii_case("application/json")
+}
+
+async fn read_body(body: Body, cap: usize, limit: Duration) -> Result<bytes::Bytes, Reject> {
+    let limited = http_body_util::Limited::new(body, cap);
+    match tokio::time::timeout(limit, limited.collect()).await {
+        Err(_) => Err(Reject::Timeout),
+        Ok(Err(_)) => Err(Reject::TooLarge),
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+    }
+}
+
+/// Takes one beacon: every check, then the scoreboard.
+pub(crate) async fn receive(
+    service: &Service,
+    kind: Kind,
+    peer: IpAddr,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(), Reject> {
+    let cfg = &service.inner.config;
+    if let Some(origin) = headers.get(header::ORIGIN)
+        && !cfg.allows_origin(origin.as_bytes())
+    {
+        return Err(Reject::Origin);
+    }
+    if !content_type_ok(headers) {
+        return Err(Reject::ContentType);
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > cfg.body_limit as u64) {
+        return Err(Reject::TooLarge);
+    }
+    let (client, forged) = client_address(peer, headers, &cfg.trusted_proxies);
+    if forged {
+        service.inner.metrics.forwarded_ignored();
+    }
+    if !service.inner.receiver.allow(client) {
+        return Err(Reject::RateLimited);
+    }
+    let body = read_body(body, cfg.body_limit, cfg.body_timeout).await?;
+    let network = service.inner.controller.resolve(client);
+    let now = service.inner.controller.clock().now();
+    let (received, id) = read_beacon(service, kind, &body, now, network)?;
+    if let Some(id) = &id
+        && !service.inner.receiver.first_time(kind, id)
+    {
+        return Err(Reject::Duplicate);
+    }
+    match service.inner.controller.record(&received) {
+        Recorded::Stored | Recorded::Clamped => {}
+        Recorded::UnknownProvider => return Err(Reject::UnknownProvider),
+        Recorded::Implausible | Recorded::TooOld | Recorded::OutOfRange => {
+            return Err(Reject::Implausible);
+        }
+    }
+    if network.is_unknown() {
+        service.inner.metrics.unresolved();
+    }
+    Ok(())
+}
+
+async fn handle(
+    service: Service,
+    kind: Kind,
+    peer: SocketAddr,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    match receive(&service, kind, peer.ip(), &headers, body).await {
+        Ok(()) => {
+            service.inner.metrics.accepted(kind);
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(reason) => {
+            service.inner.metrics.rejected(kind, reason);
+            reason.into_response()
+        }
+    }
+}
+
+pub(crate) async fn nav(
+    State(service): State<Service>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(service, Kind::Nav, peer, headers, body).await
+}
+
+pub(crate) async fn cdn(
+    State(service): State<Service>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(service, Kind::Probe, peer, headers, body).await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn forwarding_headers_are_believed_only_from_trusted_proxies() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let h = headers(&[("x-forwarded-for", "203.0.113.9, 10.1.1.1")]);
+        // From the load balancer: the client is the first untrusted hop from the right.
+        assert_eq!(
+            client_address("10.0.0.5".parse().unwrap(), &h, &trusted),
+            ("203.0.113.9".parse().unwrap(), false)
+        );
+        // From anyone else: the header is forged or foreign; the socket is the client.
+        assert_eq!(
+            client_address("198.51.100.7".parse().unwrap(), &h, &trusted),
+            ("198.51.100.7".parse().unwrap(), true)
+        );
+        // A client that prepends its own "forwarded" address cannot choose its network.
+        let h = headers(&[("x-forwarded-for", "8.8.8.8, 203.0.113.9")]);
+        assert_eq!(
+            client_address("10.0.0.5".parse().unwrap(), &h, &trusted).0,
+            "203.0.113.9".parse::<IpAddr>().unwrap()
+        );
+        let h = headers(&[(
+            "forwarded",
+            "for=\"[2001:db8::1]:4711\";proto=https, for=10.2.2.2",
+        )]);
+        assert_eq!(
+            client_address("10.0.0.5".parse().unwrap(), &h, &trusted).0,
+            "2001:db8::1".parse::<IpAddr>().unwrap()
+        );
+        let h = headers(&[("forwarded", "for=unknown")]);
+        assert_eq!(
+            client_address("10.0.0.5".parse().unwrap(), &h, &trusted).0,
+            "10.0.0.5".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn the_id_memory_is_bounded_and_forgets_the_oldest() {
+        let r = Receiver::new(ClientLimit::default(), 2);
+        assert!(r.first_time(Kind::Nav, "a"));
+        assert!(!r.first_time(Kind::Nav, "a"));
+        assert!(r.first_time(Kind::Probe, "a"));
+        assert!(r.first_time(Kind::Nav, "b"));
+        assert!(r.first_time(Kind::Nav, "a"), "the oldest id was forgotten");
+    }
+}
