@@ -357,6 +357,7 @@ async fn beacons_from_a_real_browser_reach_the_scoreboard_and_the_dashboard_show
     let _ = std::fs::remove_file(&shot);
     let gb = "#board tr[data-key=\"GB\"] td[data-provider]";
     let asn = "#networks tr[data-key=\"AS64500\"] td[data-provider]";
+    let probe = "#board tr[data-key=\"GB\"] td[data-provider][data-samples]";
     let job = json!({"timeout_ms": 60000, "steps": [
         {"goto": format!("{base}/dashboard/")},
         {"wait_for": "#board tr[data-key=\"GB\"] td[data-provider=\"cloudflare\"][data-samples=\"2\"]"},
@@ -366,6 +367,15 @@ async fn beacons_from_a_real_browser_reach_the_scoreboard_and_the_dashboard_show
         {"dom": asn},
         {"dom": "#board tr[data-key=\"all\"] td[data-provider]"},
         {"screenshot": shot.to_str().unwrap()},
+        // The journal search goes to the API and says what it found.
+        {"fill": "#journal-form [name=network]", "value": "GB"},
+        {"click": "#journal-form button[type=submit]"},
+        {"wait_fn": "document.querySelector('#journal-status').textContent.includes('decision')"},
+        {"dom": "#journal-status"},
+        // The probe metric: the same table from the probe beacons.
+        {"eval": "(() => { const m = document.querySelector('#metric'); m.value = 'probe'; m.dispatchEvent(new Event('change')); })()"},
+        {"wait_fn": "document.querySelector('#board-caption').textContent.startsWith('Probe time')"},
+        {"dom": probe},
     ]});
     let result = drive(&driver, job).await;
     for selector in [gb, asn] {
@@ -389,6 +399,18 @@ async fn beacons_from_a_real_browser_reach_the_scoreboard_and_the_dashboard_show
         all.iter().all(|c| c["attrs"]["data-samples"] == "2"),
         "{all:?}"
     );
+    let status = dom(&result, "#journal-status")[0]["text"].as_str().unwrap();
+    assert!(status.ends_with("operator action(s)"), "{status}");
+    let cells = dom(&result, probe);
+    assert_eq!(cells.len(), 2, "{cells:?}");
+    for cell in cells {
+        let n: u64 = cell["attrs"]["data-samples"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(n >= 4, "every probe timed both edges: {cell}");
+    }
     assert!(
         std::fs::metadata(&shot).unwrap().len() > 10_000,
         "{}",
