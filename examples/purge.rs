@@ -33,16 +33,13 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser};
 use common::{FINDING, Fail, OK, ms};
-use multicdn_core::policy::{Policy, ProviderSpec};
-use multicdn_core::{ProviderId, ProviderKind, PurgeReceipt, PurgeRequest, PurgeScope, Secret};
-use multicdn_providers::cloudflare::CloudflarePurger;
-use multicdn_providers::fanout::{FanoutError, FanoutMember, PurgeFanout};
-use multicdn_providers::fastly::FastlyPurger;
+use multicdn_core::policy::Policy;
+use multicdn_core::{PurgeReceipt, PurgeRequest, PurgeScope};
+use multicdn_providers::fanout::{FanoutError, PurgeFanout};
 use multicdn_providers::http::HttpSettings;
 
 /// Purge every CDN in the policy at once (or show what would be sent).
@@ -144,71 +141,18 @@ fn request(cli: &Cli) -> PurgeRequest {
 
 /// The token a provider's `token_env` names. A dry run sends nothing, so it can go on
 /// without one (and says so); a real purge cannot.
-fn token(id: &ProviderId, spec: &ProviderSpec, dry_run: bool) -> Result<Secret, Fail> {
-    let Some(var) = spec.token_env.as_deref() else {
-        if dry_run {
-            return Ok(Secret::new("dry-run"));
-        }
-        return Err(Fail::error(format!(
-            "error: providers.{id}.token_env is not set in the policy; name the environment variable holding {id}'s API token"
-        )));
-    };
-    match Secret::from_env(var) {
-        Some(t) => Ok(t),
-        None if dry_run => {
-            eprintln!(
-                "note: {var} (providers.{id}.token_env) is unset; a real purge would stop here"
-            );
-            Ok(Secret::new("dry-run"))
-        }
-        None => Err(Fail::error(format!(
-            "error: the environment variable {var} (providers.{id}.token_env) is unset or empty; it must hold {id}'s API token"
-        ))),
-    }
-}
-
 fn fanout(cli: &Cli, policy: &Policy) -> Result<PurgeFanout, Fail> {
     let settings = HttpSettings::default().with_request_timeout(cli.timeout);
-    let mut members = Vec::new();
-    for (id, spec) in &policy.providers {
-        let setup = |e: multicdn_core::Error| {
-            Fail::error(format!(
-                "error: {}: provider {id}: {e}",
-                cli.policy.display()
-            ))
-        };
-        match spec.kind {
-            ProviderKind::Fastly => {
-                let purger = FastlyPurger::from_spec(
-                    id.clone(),
-                    spec,
-                    token(id, spec, cli.dry_run)?,
-                    cli.fastly_api.as_deref(),
-                    settings.clone(),
-                )
-                .map_err(setup)?;
-                members.push(FanoutMember::new(Arc::new(purger)));
-            }
-            ProviderKind::Cloudflare => {
-                let purger = CloudflarePurger::from_spec(
-                    id.clone(),
-                    spec,
-                    token(id, spec, cli.dry_run)?,
-                    cli.cloudflare_api.as_deref(),
-                    settings.clone(),
-                )
-                .map_err(setup)?;
-                members.push(FanoutMember::new(Arc::new(purger)));
-            }
-            other => {
-                return Err(Fail::error(format!(
-                    "error: {}: providers.{id} is of kind {other}, which has no purge adapter; purge it by other means, or remove it from the policy for this purge",
-                    cli.policy.display()
-                )));
-            }
-        }
-    }
-    Ok(PurgeFanout::new(members))
+    common::purge_fanout(
+        policy,
+        &cli.policy,
+        &settings,
+        &common::VendorApis {
+            fastly: cli.fastly_api.clone(),
+            cloudflare: cli.cloudflare_api.clone(),
+        },
+        cli.dry_run,
+    )
 }
 
 async fn run(cli: Cli) -> Result<u8, Fail> {

@@ -16,7 +16,8 @@ use axum::routing::any;
 use multicdn_test_support::{EdgeMode, EdgeServer, Ns1Api, PurgeApi};
 use tokio::runtime::Runtime;
 
-const ALL_EXAMPLES: [&str; 11] = [
+const ALL_EXAMPLES: [&str; 12] = [
+    "serve",
     "policy",
     "quickstart",
     "probe",
@@ -873,4 +874,83 @@ fn steer_diff_exits_1_until_applied_and_a_big_change_needs_force() {
         "the key is never printed"
     );
     let _ = std::fs::remove_file(moved);
+}
+
+#[test]
+fn serve_runs_the_whole_service_on_loopback_with_no_flags_and_stops_cleanly() {
+    let o = run(
+        "serve",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--users",
+            "40",
+            "--run-for",
+            "4s",
+        ],
+        &[("MULTICDN_ADMIN_TOKEN", "")],
+    );
+    let out = stdout(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("/dashboard/"), "{out}");
+    assert!(out.contains("admin token"), "{out}");
+    assert!(
+        out.contains("a page through fastly: http://127.0.0.1:"),
+        "{out}"
+    );
+    let last = out.lines().last().unwrap_or_default();
+    let navs: u64 = last
+        .strip_prefix("served ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no summary line: {out}"));
+    assert!(
+        navs >= 40,
+        "the synthetic users' beacons reached the receiver: {last}"
+    );
+}
+
+#[test]
+fn serve_names_the_policy_file_it_cannot_read_and_refuses_route53_without_a_zone() {
+    let o = run(
+        "serve",
+        &[
+            "--policy",
+            "/nonexistent/policy.yaml",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/policy.yaml"));
+    let o = run(
+        "serve",
+        &[
+            "--policy",
+            &policy(),
+            "--dns",
+            "route53",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+        &[("FASTLY_API_TOKEN", "x"), ("CLOUDFLARE_API_TOKEN", "y")],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--zone-id"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

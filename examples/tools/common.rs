@@ -9,8 +9,14 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use multicdn_core::ProviderId;
-use multicdn_core::policy::{Policy, PolicyError};
+use std::sync::Arc;
+
+use multicdn_core::policy::{Policy, PolicyError, ProviderSpec};
+use multicdn_core::{ProviderId, ProviderKind, Secret};
+use multicdn_providers::cloudflare::CloudflarePurger;
+use multicdn_providers::fanout::{FanoutMember, PurgeFanout};
+use multicdn_providers::fastly::FastlyPurger;
+use multicdn_providers::http::HttpSettings;
 
 /// Exit code: the tool ran and found nothing wrong.
 pub(crate) const OK: u8 = 0;
@@ -99,6 +105,16 @@ pub(crate) fn load_policy(path: &Path) -> Result<Policy, Fail> {
     }
 }
 
+/// Logs to stderr at `info`, or as `RUST_LOG` says.
+pub(crate) fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+}
+
 /// Parses `provider=URL` (as `--edge` takes it).
 pub(crate) fn parse_edge(s: &str) -> Result<(ProviderId, String), String> {
     let Some((provider, url)) = s.split_once('=') else {
@@ -146,4 +162,92 @@ pub(crate) fn ms(d: Duration) -> String {
     } else {
         format!("{ms:.1} ms")
     }
+}
+
+/// The API token of provider `id`, from the environment variable its `token_env` names.
+pub(crate) fn policy_token(
+    id: &ProviderId,
+    spec: &ProviderSpec,
+    dry_run: bool,
+) -> Result<Secret, Fail> {
+    let Some(var) = spec.token_env.as_deref() else {
+        if dry_run {
+            return Ok(Secret::new("dry-run"));
+        }
+        return Err(Fail::error(format!(
+            "error: providers.{id}.token_env is not set in the policy; name the environment variable holding {id}'s API token"
+        )));
+    };
+    match Secret::from_env(var) {
+        Some(t) => Ok(t),
+        None if dry_run => {
+            eprintln!(
+                "note: {var} (providers.{id}.token_env) is unset; a real purge would stop here"
+            );
+            Ok(Secret::new("dry-run"))
+        }
+        None => Err(Fail::error(format!(
+            "error: the environment variable {var} (providers.{id}.token_env) is unset or empty; it must hold {id}'s API token"
+        ))),
+    }
+}
+
+/// Where the vendors' APIs are (`None`: the vendor's own).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct VendorApis {
+    /// Fastly's API base.
+    pub(crate) fastly: Option<String>,
+    /// Cloudflare's API base.
+    pub(crate) cloudflare: Option<String>,
+}
+
+/// Every provider of the policy as one purge fan-out, each with the token its `token_env`
+/// names (a stand-in token when `dry_run`, with a note).
+pub(crate) fn purge_fanout(
+    policy: &Policy,
+    policy_path: &Path,
+    settings: &HttpSettings,
+    apis: &VendorApis,
+    dry_run: bool,
+) -> Result<PurgeFanout, Fail> {
+    let mut members = Vec::new();
+    for (id, spec) in &policy.providers {
+        let setup = |e: multicdn_core::Error| {
+            Fail::error(format!(
+                "error: {}: provider {id}: {e}",
+                policy_path.display()
+            ))
+        };
+        match spec.kind {
+            ProviderKind::Fastly => {
+                let purger = FastlyPurger::from_spec(
+                    id.clone(),
+                    spec,
+                    policy_token(id, spec, dry_run)?,
+                    apis.fastly.as_deref(),
+                    settings.clone(),
+                )
+                .map_err(setup)?;
+                members.push(FanoutMember::new(Arc::new(purger)));
+            }
+            ProviderKind::Cloudflare => {
+                let purger = CloudflarePurger::from_spec(
+                    id.clone(),
+                    spec,
+                    policy_token(id, spec, dry_run)?,
+                    apis.cloudflare.as_deref(),
+                    settings.clone(),
+                )
+                .map_err(setup)?;
+                members.push(FanoutMember::new(Arc::new(purger)));
+            }
+            other => {
+                return Err(Fail::error(format!(
+                    "error: {}: providers.{id} is of kind {other}, which has no purge adapter; purge it by other means, or remove it from the policy for this purge",
+                    policy_path.display()
+                )));
+            }
+        }
+    }
+    Ok(PurgeFanout::new(members))
 }

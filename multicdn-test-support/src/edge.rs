@@ -11,7 +11,8 @@
 //! | `/hang` | never answers (sleeps an hour on tokio time) |
 //! | `/redirect` | 301 to `/elsewhere` |
 //! | `/host-gated` | the marker only when `Host: www.example.com` |
-//! | anything else | 200, an HTML page naming the path, with a cache tag for the path ([`EdgeServer::set_cache_tags`]), or the status set with [`EdgeServer::set_status`] |
+//! | `/_multicdn/probe.gif` | 200, a 43-byte GIF for the browser probe, `no-store`, readable and timeable from any origin (`Access-Control-Allow-Origin` and `Timing-Allow-Origin: *`) |
+//! | anything else | 200, an HTML page naming the path (loading the script set with [`EdgeServer::set_page_script`]), with a cache tag for the path ([`EdgeServer::set_cache_tags`]), or the status set with [`EdgeServer::set_status`] |
 //!
 //! Every answer carries the identity header (`Server-Timing: cdn;desc=..., pop;desc=...,
 //! cache;desc=...`), `Cache-Control`, and any headers added with [`EdgeServer::add_header`];
@@ -77,7 +78,11 @@ struct EdgeState {
     extra_headers: Mutex<Vec<(HeaderName, HeaderValue)>>,
     statuses: Mutex<HashMap<String, StatusCode>>,
     latency: Mutex<Duration>,
+    script: Mutex<Option<String>>,
 }
+
+/// The smallest transparent GIF: the probe object.
+const PROBE_GIF: &[u8] = b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02D\x01\x00;";
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -107,6 +112,7 @@ impl EdgeServer {
             extra_headers: Mutex::new(Vec::new()),
             statuses: Mutex::new(HashMap::new()),
             latency: Mutex::new(Duration::ZERO),
+            script: Mutex::new(None),
         });
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -174,6 +180,12 @@ impl EdgeServer {
         if let Ok(s) = StatusCode::from_u16(status) {
             lock(&self.state.statuses).insert(path.to_owned(), s);
         }
+    }
+
+    /// Makes every page load `src` (`<script async src=...>` in its head): the shipped
+    /// `rum.js`, so that a browser loading a page through this edge sends the beacons.
+    pub fn set_page_script(&self, src: &str) {
+        *lock(&self.state.script) = Some(src.to_owned());
     }
 
     /// Each answer waits this long first (on tokio time).
@@ -249,15 +261,22 @@ async fn answer(state: &EdgeState, path: &str, host: &str) -> (StatusCode, Vec<u
         "/redirect" => (StatusCode::MOVED_PERMANENTLY, Vec::new()),
         "/host-gated" if host == SITE => (StatusCode::OK, marker.to_vec()),
         "/host-gated" => (StatusCode::NOT_FOUND, b"unknown host".to_vec()),
+        "/_multicdn/probe.gif" => (StatusCode::OK, PROBE_GIF.to_vec()),
         _ => {
             let status = lock(&state.statuses)
                 .get(path)
                 .copied()
                 .unwrap_or(StatusCode::OK);
+            let script = lock(&state.script)
+                .as_deref()
+                .map(|src| format!("<script async src=\"{src}\"></script>"))
+                .unwrap_or_default();
             (
                 status,
-                format!("<html><body><h1>{path}</h1><p>Oak dining table, £899.</p></body></html>")
-                    .into(),
+                format!(
+                    "<!doctype html><html><head><meta charset=\"utf-8\"><title>{path}</title>{script}</head><body><h1>{path}</h1><p>Oak dining table, £899.</p></body></html>"
+                )
+                .into(),
             )
         }
     }
@@ -302,7 +321,12 @@ async fn handle(
     if let Ok(v) = HeaderValue::from_str(&timing) {
         headers.insert("server-timing", v);
     }
-    if health {
+    if path == "/_multicdn/probe.gif" {
+        headers.insert("cache-control", HeaderValue::from_static("no-store"));
+        headers.insert("content-type", HeaderValue::from_static("image/gif"));
+        headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+        headers.insert("timing-allow-origin", HeaderValue::from_static("*"));
+    } else if health {
         headers.insert("cache-control", HeaderValue::from_static("no-cache"));
     } else {
         headers.insert(

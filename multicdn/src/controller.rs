@@ -51,6 +51,7 @@ use multicdn_steering::scorer::P75Ttfb;
 use multicdn_steering::video::{ContentSteeringSteerer, SharedPlan};
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
+use tracing::Instrument;
 
 use crate::ledger::{HealthLedger, OutReason};
 use crate::operator::{Command, Operator, OperatorError, OperatorRecord, Overrides};
@@ -698,6 +699,11 @@ impl Controller {
     /// One round at `now`: health in, decide, apply, journal, store. For tests and
     /// simulations; [`Controller::run`] calls it every interval.
     pub async fn round(&self, now: Timestamp) -> RoundReport {
+        let span = tracing::info_span!("round", at = %now, round = tracing::field::Empty);
+        self.round_inner(now, span.clone()).instrument(span).await
+    }
+
+    async fn round_inner(&self, now: Timestamp, span: tracing::Span) -> RoundReport {
         let mut events = Vec::new();
         if let Some(m) = &self.inner.monitor {
             events.extend(m.round_once().await.events);
@@ -774,7 +780,10 @@ impl Controller {
             } else if st.applied.get(i).and_then(Option::as_ref) == Some(plan) {
                 ApplyOutcome::UpToDate
             } else {
-                let outcome = self.apply_one(a, plan).await;
+                let outcome = self
+                    .apply_one(a, plan)
+                    .instrument(tracing::info_span!("apply", actuator = %a.name))
+                    .await;
                 if let Some(slot) = st.applied.get_mut(i) {
                     *slot = outcome.in_force().then(|| plan.clone());
                 }
@@ -786,6 +795,7 @@ impl Controller {
             });
         }
         st.round += 1;
+        span.record("round", st.round);
         let record = RoundRecord {
             round: st.round,
             at: now,

@@ -454,8 +454,15 @@ pub(crate) async fn history(State(s): State<Service>, Query(q): Query<HistoryQue
     if let Some(cohort) = &cohort {
         let j = s.inner.controller.journal().await;
         let entries = j.query(&journal::Query::cohort(cohort.clone()));
-        if let Some(first) = entries.first() {
-            weights.push(serde_json::json!({ "at": s.history_start().unwrap_or(first.at), "weights": fractions(&first.before) }));
+        let start = s.history_start();
+        match entries.first() {
+            Some(first) => weights.push(serde_json::json!({ "at": start.unwrap_or(first.at), "weights": fractions(&first.before) })),
+            // No change yet: the split in force since the history began.
+            None => {
+                if let (Some(start), Some(c)) = (start, plan.cohort(cohort)) {
+                    weights.push(serde_json::json!({ "at": start, "weights": fractions(&c.weights) }));
+                }
+            }
         }
         for e in &entries {
             weights.push(serde_json::json!({ "at": e.at, "weights": fractions(&e.after) }));
