@@ -263,7 +263,8 @@ fn targets(args: &Common, policy: &Policy) -> Result<Vec<Target>, Fail> {
         };
         let token = token(id, spec)?;
         if spec.kind == ProviderKind::Fastly {
-            let rendering = render_fastly(&policy.cache, mode).map_err(|e| refused(id, &e))?;
+            let rendering =
+                render_fastly(&policy.site, &policy.cache, mode).map_err(|e| refused(id, &e))?;
             notes(id, rendering.warnings.iter());
             let deployer = FastlyDeployer::from_spec(
                 id.clone(),
@@ -276,8 +277,8 @@ fn targets(args: &Common, policy: &Policy) -> Result<Vec<Target>, Fail> {
             out.push(Target::Fastly(deployer, rendering));
         } else {
             let target = CloudflareTarget::from_spec(spec);
-            let rendering =
-                render_cloudflare(&policy.cache, target, mode).map_err(|e| refused(id, &e))?;
+            let rendering = render_cloudflare(&policy.site, &policy.cache, target, mode)
+                .map_err(|e| refused(id, &e))?;
             notes(id, rendering.warnings.iter());
             let deployer = CloudflareDeployer::from_spec(
                 id.clone(),

@@ -136,7 +136,7 @@ fn render(path: &Path, vendor: Vendor, strict: bool, out: Option<&Path>) -> Exit
     let mut rendered = Vec::new();
     let mut refused = false;
     if matches!(vendor, Vendor::Fastly | Vendor::All) {
-        match render_fastly(&policy.cache, mode) {
+        match render_fastly(&policy.site, &policy.cache, mode) {
             Ok(r) => {
                 for w in &r.warnings {
                     eprintln!("warning: fastly: {w}");
@@ -169,7 +169,7 @@ fn render(path: &Path, vendor: Vendor, strict: bool, out: Option<&Path>) -> Exit
                 CloudflareTarget::default()
             }
         };
-        match render_cloudflare(&policy.cache, target, mode) {
+        match render_cloudflare(&policy.site, &policy.cache, target, mode) {
             Ok(r) => {
                 for w in &r.warnings {
                     eprintln!("warning: cloudflare: {w}");

@@ -247,14 +247,14 @@ fn vocab() -> &'static Vocab {
             ) else {
                 panic!("the example policy does not load");
             };
-            if let Ok(f) = render_fastly(&policy.cache, RenderMode::Lenient) {
+            if let Ok(f) = render_fastly(&policy.site, &policy.cache, RenderMode::Lenient) {
                 for t in vcl_tokens(&f.to_vcl_file()).unwrap_or_default() {
                     if let Tok::Word(w) = t {
                         vcl.insert(w.to_owned());
                     }
                 }
             }
-            if let Ok(c) = render_cloudflare(&policy.cache, target_of(&policy), RenderMode::Lenient)
+            if let Ok(c) = render_cloudflare(&policy.site, &policy.cache, target_of(&policy), RenderMode::Lenient)
             {
                 let json: serde_json::Value =
                     serde_json::from_str(&c.to_json_file()).unwrap_or_default();
@@ -359,13 +359,13 @@ fuzz_target!(|data: &[u8]| {
     };
     let v = vocab();
     for mode in [RenderMode::Lenient, RenderMode::Strict] {
-        if let Ok(f) = render_fastly(&policy.cache, mode) {
+        if let Ok(f) = render_fastly(&policy.site, &policy.cache, mode) {
             check_vcl(&f.to_vcl_file(), &v.vcl);
             for s in &f.snippets {
                 check_vcl(&s.content, &v.vcl);
             }
         }
-        if let Ok(c) = render_cloudflare(&policy.cache, target_of(&policy), mode) {
+        if let Ok(c) = render_cloudflare(&policy.site, &policy.cache, target_of(&policy), mode) {
             check_cloudflare(&c.to_json_file(), &v.cf);
         }
     }

@@ -29,6 +29,7 @@ fn rendering() -> CloudflareRendering {
     ))
     .unwrap();
     render_cloudflare(
+        &p.site,
         &p.cache,
         CloudflareTarget::new(CloudflarePlan::Pro),
         RenderMode::Lenient,

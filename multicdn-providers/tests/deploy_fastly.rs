@@ -27,7 +27,7 @@ fn rendering() -> FastlyRendering {
         "/../examples/policy.yaml"
     ))
     .unwrap();
-    render_fastly(&p.cache, RenderMode::Strict).unwrap()
+    render_fastly(&p.site, &p.cache, RenderMode::Strict).unwrap()
 }
 
 fn deployer(server: &MockServer) -> FastlyDeployer {

@@ -87,7 +87,7 @@ async fn a_fastly_error_echoing_fastly_key_is_redacted() {
         settings(),
     )
     .unwrap();
-    let r = render_fastly(&policy().cache, RenderMode::Lenient).unwrap();
+    let r = render_fastly(&policy().site, &policy().cache, RenderMode::Lenient).unwrap();
     let err = d.plan(&r).await.unwrap_err();
     assert_clean(&err, &err.to_string(), FASTLY_TOKEN);
 }
@@ -113,6 +113,7 @@ async fn a_cloudflare_error_echoing_authorization_is_redacted() {
     )
     .unwrap();
     let r = render_cloudflare(
+        &policy().site,
         &policy().cache,
         CloudflareTarget::default(),
         RenderMode::Lenient,

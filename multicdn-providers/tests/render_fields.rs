@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use multicdn_core::policy::{CacheMode, CachePolicy, CloudflarePlan, Dur};
+use multicdn_core::policy::{CacheMode, CachePolicy, CloudflarePlan, Dur, Site};
 use multicdn_core::{Policy, served_by};
 use multicdn_providers::render::cloudflare_rules::{
     CloudflareRendering, CloudflareTarget, render_cloudflare,
@@ -15,26 +15,39 @@ use multicdn_providers::render::fastly_vcl::{FastlyRendering, render_fastly};
 use multicdn_providers::render::{RenderError, RenderMode, WarningKind};
 use serde_json::json;
 
-fn seed() -> CachePolicy {
+fn seed_policy() -> Policy {
     Policy::load(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../examples/policy.yaml"
     ))
     .unwrap()
-    .cache
+}
+
+fn seed() -> CachePolicy {
+    seed_policy().cache
+}
+
+/// The seed's site, `www.example.com`.
+fn site() -> Site {
+    seed_policy().site
 }
 
 fn fastly(c: &CachePolicy) -> FastlyRendering {
-    render_fastly(c, RenderMode::Lenient).unwrap()
+    render_fastly(&site(), c, RenderMode::Lenient).unwrap()
 }
 
 fn cloudflare(c: &CachePolicy) -> CloudflareRendering {
+    cloudflare_for(&site(), c).unwrap()
+}
+
+/// Pro plan, lenient.
+fn cloudflare_for(site: &Site, c: &CachePolicy) -> Result<CloudflareRendering, RenderError> {
     render_cloudflare(
+        site,
         c,
         CloudflareTarget::new(CloudflarePlan::Pro),
         RenderMode::Lenient,
     )
-    .unwrap()
 }
 
 /// The snippets whose presence or content differs.
@@ -318,6 +331,59 @@ fn cloudflare_identity_header_reads_back_as_cloudflare_with_cache() {
     assert!(s.cache.unwrap().is_hit());
 }
 
+/// A site for the renderers that is not the seed's.
+fn site_at(host: &str) -> Site {
+    serde_json::from_value(json!({ "host": host })).unwrap()
+}
+
+#[test]
+fn both_cdns_let_the_site_pages_read_their_timings_cross_origin() {
+    // rum.js on https://shop.example.org reads Server-Timing and the probe's Resource Timing
+    // from every edge hostname: both edges must name that origin, and the same way.
+    let site = site_at("Shop.Example.org");
+    let f = render_fastly(&site, &seed(), RenderMode::Lenient).unwrap();
+    let deliver = &f.snippet("multicdn-deliver-headers").unwrap().content;
+    let lines: Vec<&str> = deliver.lines().map(str::trim).collect();
+    let tao = lines
+        .iter()
+        .position(|l| *l == r#"set resp.http.Timing-Allow-Origin = "https://shop.example.org";"#)
+        .unwrap_or_else(|| panic!("no Timing-Allow-Origin in\n{deliver}"));
+    // Inside the edge-node-only block, with the identity entry.
+    let st = lines
+        .iter()
+        .position(|l| l.starts_with("add resp.http.Server-Timing"))
+        .unwrap();
+    assert_eq!(tao, st + 1, "{deliver}");
+    assert_eq!(lines[tao + 1], "}", "{deliver}");
+
+    let cf = cloudflare_for(&site, &seed()).unwrap();
+    let rule = cf.header_rules.rule("multicdn-identity").unwrap();
+    assert_eq!(rule.expression, "true");
+    assert_eq!(
+        rule.action_parameters["headers"]["Timing-Allow-Origin"],
+        json!({"operation": "set", "value": "https://shop.example.org"})
+    );
+}
+
+#[test]
+fn a_site_host_that_is_not_a_hostname_is_refused_by_both_renderers() {
+    for host in [
+        "",
+        "www.example.com\"; set req.http.X = \"1",
+        "a b.example.com",
+        "x..y",
+    ] {
+        let site = site_at(host);
+        let err = render_fastly(&site, &seed(), RenderMode::Lenient).unwrap_err();
+        assert!(
+            matches!(&err, RenderError::Unrepresentable { feature, .. } if feature == "site.host"),
+            "{host:?}: {err}"
+        );
+        let err = cloudflare_for(&site, &seed()).unwrap_err();
+        assert!(err.to_string().contains("site.host"), "{host:?}: {err}");
+    }
+}
+
 #[test]
 fn every_cacheable_response_gets_stale_if_error_on_both_cdns() {
     let f = fastly(&seed());
@@ -389,6 +455,7 @@ fn regex_routes_need_business_on_cloudflare_and_are_never_dropped_when_private()
     assert!(w.why.contains("Business"), "{}", w.why);
     assert!(matches!(
         render_cloudflare(
+            &site(),
             &c,
             CloudflareTarget::new(CloudflarePlan::Pro),
             RenderMode::Strict
@@ -397,6 +464,7 @@ fn regex_routes_need_business_on_cloudflare_and_are_never_dropped_when_private()
     ));
     // Business: rendered with `matches` (lenient: the query allowlist needs Enterprise).
     let biz = render_cloudflare(
+        &site(),
         &c,
         CloudflareTarget::new(CloudflarePlan::Business),
         RenderMode::Lenient,
@@ -417,6 +485,7 @@ fn regex_routes_need_business_on_cloudflare_and_are_never_dropped_when_private()
     // A never-cached regex route on Pro is an error even when lenient.
     c.routes[0].pattern = "^/check(out)?[0-9]*".into();
     let err = render_cloudflare(
+        &site(),
         &c,
         CloudflareTarget::new(CloudflarePlan::Pro),
         RenderMode::Lenient,
@@ -432,7 +501,7 @@ fn regex_routes_need_business_on_cloudflare_and_are_never_dropped_when_private()
 fn a_pattern_vcl_cannot_hold_is_an_error_not_a_dropped_route() {
     let mut c = seed();
     c.routes[0].pattern = "^/a\"}b".into();
-    let err = render_fastly(&c, RenderMode::Lenient).unwrap_err();
+    let err = render_fastly(&site(), &c, RenderMode::Lenient).unwrap_err();
     assert!(err.to_string().contains("cache.routes[0].match"), "{err}");
 }
 
@@ -496,6 +565,7 @@ fn an_edge_ttl_under_the_plans_minimum_is_rendered_as_written_and_reported() {
         .unwrap();
     assert!(w.why.contains("3600s"), "{}", w.why);
     let business = render_cloudflare(
+        &site(),
         &c,
         CloudflareTarget::new(CloudflarePlan::Business),
         RenderMode::Lenient,
@@ -515,6 +585,7 @@ fn on_enterprise_the_allowlists_become_the_custom_cache_key() {
     c.cache_key.query_allowlist.push("q".into());
     c.cache_key.cookie_allowlist.push("lang".into());
     let ent = render_cloudflare(
+        &site(),
         &c,
         CloudflareTarget::new(CloudflarePlan::Enterprise),
         RenderMode::Lenient,
@@ -564,6 +635,7 @@ fn more_cache_rules_than_the_plan_allows_is_reported() {
         c.routes.push(r);
     }
     let free = render_cloudflare(
+        &site(),
         &c,
         CloudflareTarget::new(CloudflarePlan::Free),
         RenderMode::Lenient,
@@ -620,6 +692,7 @@ fn a_browser_ttl_under_the_plans_minimum_is_left_to_the_cache_control_rule_and_r
     );
     // Business allows 1 s: the override is written as the policy says.
     let business = render_cloudflare(
+        &site(),
         &c,
         CloudflareTarget::new(CloudflarePlan::Business),
         RenderMode::Lenient,

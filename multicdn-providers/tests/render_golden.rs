@@ -53,7 +53,7 @@ fn compare(name: &str, rendered: &str) {
 #[test]
 fn fastly_rendering_of_the_seed_policy_matches_its_golden_file() {
     let p = policy();
-    let r = render_fastly(&p.cache, RenderMode::Lenient).unwrap();
+    let r = render_fastly(&p.site, &p.cache, RenderMode::Lenient).unwrap();
     compare("policy.fastly.vcl", &r.to_vcl_file());
 }
 
@@ -62,6 +62,7 @@ fn cloudflare_rendering_of_the_seed_policy_matches_its_golden_file() {
     let p = policy();
     let spec = &p.providers[&multicdn_core::ProviderId::new("cloudflare").unwrap()];
     let r = render_cloudflare(
+        &p.site,
         &p.cache,
         CloudflareTarget::from_spec(spec),
         RenderMode::Lenient,
@@ -73,6 +74,7 @@ fn cloudflare_rendering_of_the_seed_policy_matches_its_golden_file() {
 #[test]
 fn cloudflare_enterprise_rendering_of_the_seed_policy_matches_its_golden_file() {
     let r = render_cloudflare(
+        &policy().site,
         &policy().cache,
         CloudflareTarget::new(CloudflarePlan::Enterprise),
         RenderMode::Lenient,
@@ -87,18 +89,18 @@ fn rendering_is_deterministic() {
     let target = CloudflareTarget::new(CloudflarePlan::Pro);
     for _ in 0..3 {
         assert_eq!(
-            render_fastly(&p.cache, RenderMode::Strict)
+            render_fastly(&p.site, &p.cache, RenderMode::Strict)
                 .unwrap()
                 .to_vcl_file(),
-            render_fastly(&p.cache, RenderMode::Strict)
+            render_fastly(&p.site, &p.cache, RenderMode::Strict)
                 .unwrap()
                 .to_vcl_file()
         );
         assert_eq!(
-            render_cloudflare(&p.cache, target, RenderMode::Lenient)
+            render_cloudflare(&p.site, &p.cache, target, RenderMode::Lenient)
                 .unwrap()
                 .to_json_file(),
-            render_cloudflare(&p.cache, target, RenderMode::Lenient)
+            render_cloudflare(&p.site, &p.cache, target, RenderMode::Lenient)
                 .unwrap()
                 .to_json_file()
         );
@@ -107,13 +109,14 @@ fn rendering_is_deterministic() {
 
 #[test]
 fn the_seed_policy_renders_strictly_on_fastly_with_no_warnings() {
-    let r = render_fastly(&policy().cache, RenderMode::Strict).unwrap();
+    let r = render_fastly(&policy().site, &policy().cache, RenderMode::Strict).unwrap();
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
 }
 
 #[test]
 fn strict_cloudflare_rendering_refuses_surrogate_keys_and_names_the_route() {
     let err = render_cloudflare(
+        &policy().site,
         &policy().cache,
         CloudflareTarget::new(CloudflarePlan::Pro),
         RenderMode::Strict,
@@ -141,6 +144,7 @@ fn strict_cloudflare_rendering_refuses_surrogate_keys_and_names_the_route() {
 #[test]
 fn lenient_cloudflare_rendering_names_every_approximation() {
     let r = render_cloudflare(
+        &policy().site,
         &policy().cache,
         CloudflareTarget::new(CloudflarePlan::Pro),
         RenderMode::Lenient,

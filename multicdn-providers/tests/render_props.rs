@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use multicdn_core::policy::{CachePolicy, CloudflarePlan};
+use multicdn_core::policy::{CachePolicy, CloudflarePlan, Site};
 use multicdn_providers::render::cloudflare_rules::{CloudflareTarget, render_cloudflare};
 use multicdn_providers::render::fastly_vcl::render_fastly;
 use multicdn_providers::render::{RenderError, RenderMode};
@@ -42,6 +42,10 @@ fn route() -> impl Strategy<Value = serde_json::Value> {
         })
 }
 
+fn site() -> Site {
+    serde_json::from_value(json!({"host": "www.example.com"})).unwrap()
+}
+
 fn policy() -> impl Strategy<Value = CachePolicy> {
     (
         (0u64..10_000_000, 0u64..10_000_000, 0u64..10_000_000, 0u64..10_000_000),
@@ -72,8 +76,8 @@ fn plan() -> impl Strategy<Value = CloudflarePlan> {
 proptest! {
     #[test]
     fn fastly_renders_every_route_deterministically_with_stale_if_error(cache in policy()) {
-        let a = render_fastly(&cache, RenderMode::Lenient);
-        let b = render_fastly(&cache, RenderMode::Lenient);
+        let a = render_fastly(&site(), &cache, RenderMode::Lenient);
+        let b = render_fastly(&site(), &cache, RenderMode::Lenient);
         prop_assert_eq!(&a, &b);
         let r = a.unwrap();
         let fetch = &r.snippet("multicdn-fetch-ttl").unwrap().content;
@@ -86,17 +90,17 @@ proptest! {
         prop_assert_eq!(fetch.matches(&sie).count(), cacheable + 1);
         // Strict mode fails exactly when lenient mode reports something unsupported.
         let unsupported = r.warnings.iter().any(|w| w.kind == multicdn_providers::render::WarningKind::Unsupported);
-        prop_assert_eq!(render_fastly(&cache, RenderMode::Strict).is_err(), unsupported);
+        prop_assert_eq!(render_fastly(&site(), &cache, RenderMode::Strict).is_err(), unsupported);
     }
 
     #[test]
     fn cloudflare_renders_or_reports_every_route(cache in policy(), plan in plan()) {
         let target = CloudflareTarget::new(plan);
-        let a = render_cloudflare(&cache, target, RenderMode::Lenient);
-        prop_assert_eq!(&a, &render_cloudflare(&cache, target, RenderMode::Lenient));
+        let a = render_cloudflare(&site(), &cache, target, RenderMode::Lenient);
+        prop_assert_eq!(&a, &render_cloudflare(&site(), &cache, target, RenderMode::Lenient));
         match a {
             Ok(r) => {
-                prop_assert_eq!(r.to_json_file(), render_cloudflare(&cache, target, RenderMode::Lenient).unwrap().to_json_file());
+                prop_assert_eq!(r.to_json_file(), render_cloudflare(&site(), &cache, target, RenderMode::Lenient).unwrap().to_json_file());
                 for (i, route) in cache.routes.iter().enumerate() {
                     let rendered = r.cache_rules.rule(&format!("multicdn-cache-route-{i}")).is_some();
                     let reported = r.warnings.iter().any(|w| w.feature == format!("cache.routes[{i}].match"));

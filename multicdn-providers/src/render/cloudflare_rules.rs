@@ -7,7 +7,7 @@
 //!   matching route win (Cloudflare merges every matching rule, later ones overriding), and
 //!   below Enterprise `multicdn-cache-cookie-bypass` last.
 //! - `http_response_headers_transform` (action `rewrite`): `multicdn-identity` adds the
-//!   `Server-Timing` identity entry; `multicdn-cache-control-route-N` and
+//!   `Server-Timing` identity entry and sets `Timing-Allow-Origin: https://<site.host>`; `multicdn-cache-control-route-N` and
 //!   `multicdn-cache-control-defaults` set the browser `Cache-Control` (with `stale-if-error`) on
 //!   cacheable responses; `multicdn-headers-route-N` sets each route's own headers.
 //!
@@ -38,14 +38,14 @@
 //! carries no `pop` on Cloudflare (reported as `identity.pop`; the PoP stays readable from
 //! `cf-ray`).
 
-use multicdn_core::policy::{CachePolicy, CloudflarePlan, ProviderSpec};
+use multicdn_core::policy::{CachePolicy, CloudflarePlan, ProviderSpec, Site};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::plan::PlanItem;
 use super::{
     CACHEABLE_STATUSES, Findings, PathMatch, RenderError, RenderMode, RenderWarning, ResolvedRoute,
-    cache_control, exclusions, is_token, resolve,
+    cache_control, exclusions, is_token, resolve, site_origin,
 };
 
 /// The cache settings phase.
@@ -271,13 +271,16 @@ fn atom_expression(atom: &PathMatch) -> String {
     }
 }
 
-/// Renders the cache policy as Cloudflare rulesets.
+/// Renders the cache policy as Cloudflare rulesets, for the site whose pages may read the
+/// edge's timings (`Timing-Allow-Origin: https://<site.host>`).
 pub fn render_cloudflare(
+    site: &Site,
     cache: &CachePolicy,
     target: CloudflareTarget,
     mode: RenderMode,
 ) -> Result<CloudflareRendering, RenderError> {
     let mut findings = Findings::new("cloudflare");
+    let origin = site_origin(site, &findings)?;
     let (defaults, routes) = resolve(cache, &mut findings);
 
     // Which routes Cloudflare can match at all.
@@ -506,10 +509,13 @@ pub fn render_cloudflare(
     );
     let mut header_rules = vec![Rule {
         reference: "multicdn-identity".into(),
-        description: "identity: Server-Timing cdn and cache (seed 000 section 14)".into(),
+        description: "identity: Server-Timing cdn and cache (seed 000 section 14), readable by the site's pages (Timing-Allow-Origin)".into(),
         expression: "true".into(),
         action: "rewrite".into(),
-        action_parameters: json!({"headers": {"Server-Timing": {"operation": "add", "expression": identity}}}),
+        action_parameters: json!({"headers": {
+            "Server-Timing": {"operation": "add", "expression": identity},
+            "Timing-Allow-Origin": {"operation": "set", "value": origin},
+        }}),
         enabled: true,
     }];
     let statuses: Vec<String> = CACHEABLE_STATUSES.iter().map(u16::to_string).collect();

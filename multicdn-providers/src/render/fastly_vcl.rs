@@ -6,7 +6,7 @@
 //! | `multicdn-recv-cache-key` | recv | 20 | query allowlist (`querystring.filter_except`), cookie allowlist, `Accept-Encoding` to `br`/`gzip`/nothing |
 //! | `multicdn-hash-cache-key` | hash | 10 | the allowlisted cookies vary the cache (only with a cookie allowlist) |
 //! | `multicdn-fetch-ttl` | fetch | 10 | per route, first match wins: edge TTL, `stale_while_revalidate`, `stale_if_error`, the browser `Cache-Control`, `Surrogate-Key` kept or removed |
-//! | `multicdn-deliver-headers` | deliver | 10 | the identity `Server-Timing` (at the edge node only), route headers |
+//! | `multicdn-deliver-headers` | deliver | 10 | the identity `Server-Timing` and `Timing-Allow-Origin` (at the edge node only), route headers |
 //!
 //! Strings are VCL short strings (`"..."`) where they can be, long strings (`{"..."}`) where
 //! they contain `"` or `%`; a value that fits neither (it contains `"}` or a control
@@ -14,13 +14,13 @@
 
 use std::fmt::Write as _;
 
-use multicdn_core::policy::{CachePolicy, escape_control};
+use multicdn_core::policy::{CachePolicy, Site, escape_control};
 use serde::{Deserialize, Serialize};
 
 use super::plan::PlanItem;
 use super::{
     CACHEABLE_STATUSES, Defaults, Findings, RenderError, RenderMode, RenderWarning, ResolvedRoute,
-    cache_control, exclusions, resolve,
+    cache_control, exclusions, resolve, site_origin,
 };
 
 /// A Fastly VCL snippet type (the subroutine it is inserted into).
@@ -154,12 +154,15 @@ impl FastlyRendering {
     }
 }
 
-/// Renders the cache policy as Fastly snippets.
+/// Renders the cache policy as Fastly snippets, for the site whose pages may read the edge's
+/// timings (`Timing-Allow-Origin: https://<site.host>`).
 pub fn render_fastly(
+    site: &Site,
     cache: &CachePolicy,
     mode: RenderMode,
 ) -> Result<FastlyRendering, RenderError> {
     let mut findings = Findings::new("fastly");
+    let origin = site_origin(site, &findings)?;
     let (defaults, routes) = resolve(cache, &mut findings);
     // Every pattern must be writable: a route cannot be left out (first match wins, and a
     // never-cached route must never be dropped).
@@ -189,7 +192,7 @@ pub fn render_fastly(
         snippets.push(s);
     }
     snippets.push(fetch_ttl(&routes, &patterns, &defaults, &mut findings));
-    snippets.push(deliver_headers(&routes, &cond, &mut findings));
+    snippets.push(deliver_headers(&origin, &routes, &cond, &mut findings));
     let warnings = findings.finish(mode)?;
     Ok(FastlyRendering { snippets, warnings })
 }
@@ -426,13 +429,15 @@ fn surrogate_keys(out: &mut String, indent: &str, from_origin: bool) {
 }
 
 fn deliver_headers(
+    origin: &str,
     routes: &[ResolvedRoute],
     cond: &dyn Fn(usize) -> String,
     findings: &mut Findings,
 ) -> Snippet {
     let mut out = String::from(
         "# identity (seed 000 section 14): which CDN, which PoP, which cache verdict;\n\
-         # added once, at the edge node that answers the client (not at a shield)\n\
+         # added once, at the edge node that answers the client (not at a shield);\n\
+         # Timing-Allow-Origin lets the site's pages read it, and Resource Timing, cross-origin\n\
          declare local var.multicdn_cache STRING;\n\
          if (fastly.ff.visits_this_service == 0) {\n\
          \x20 if (fastly_info.state ~ \"PASS\") {\n\
@@ -446,8 +451,12 @@ fn deliver_headers(
          \x20 } else {\n\
          \x20   set var.multicdn_cache = fastly_info.state;\n\
          \x20 }\n\
-         \x20 add resp.http.Server-Timing = {\"cdn;desc=\"fastly\", pop;desc=\"\"} server.datacenter {\"\", cache;desc=\"\"} var.multicdn_cache {\"\"\"};\n\
-         }\n",
+         \x20 add resp.http.Server-Timing = {\"cdn;desc=\"fastly\", pop;desc=\"\"} server.datacenter {\"\", cache;desc=\"\"} var.multicdn_cache {\"\"\"};\n",
+    );
+    // The origin is a hostname behind https:// (site_origin): a plain VCL string.
+    let _ = writeln!(
+        out,
+        "  set resp.http.Timing-Allow-Origin = \"{origin}\";\n}}"
     );
     for r in routes.iter().filter(|r| !r.headers.is_empty()) {
         let mut body = String::new();
@@ -590,7 +599,9 @@ mod tests {
             "routes": [{"match": "^/a", "headers": {"X\nset req.http.Evil = \"1\";\n#": "v"}}]
         }))
         .unwrap();
-        let file = render_fastly(&cache, RenderMode::Lenient)
+        let site: Site =
+            serde_json::from_value(serde_json::json!({"host": "www.example.com"})).unwrap();
+        let file = render_fastly(&site, &cache, RenderMode::Lenient)
             .unwrap()
             .to_vcl_file();
         assert!(
@@ -599,7 +610,7 @@ mod tests {
                 .any(|l| l.trim_start().starts_with("set req.http.Evil")),
             "{file}"
         );
-        assert!(render_fastly(&cache, RenderMode::Strict).is_err());
+        assert!(render_fastly(&site, &cache, RenderMode::Strict).is_err());
     }
 
     #[test]

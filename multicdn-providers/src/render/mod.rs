@@ -14,15 +14,16 @@
 //! use multicdn_providers::render::fastly_vcl::render_fastly;
 //!
 //! let policy = Policy::load(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/policy.yaml"))?;
-//! let fastly = render_fastly(&policy.cache, RenderMode::Strict)?;
+//! let fastly = render_fastly(&policy.site, &policy.cache, RenderMode::Strict)?;
 //! let deliver = fastly.snippet("multicdn-deliver-headers").ok_or("no deliver snippet")?;
 //! assert!(deliver.content.contains("Server-Timing"));
+//! assert!(deliver.content.contains("Timing-Allow-Origin = \"https://www.example.com\""));
 //!
 //! // Cloudflare cannot take surrogate keys from the origin: strict mode refuses, lenient
 //! // mode renders the rest and names what it could not express.
 //! let target = CloudflareTarget::default();
-//! assert!(render_cloudflare(&policy.cache, target, RenderMode::Strict).is_err());
-//! let cloudflare = render_cloudflare(&policy.cache, target, RenderMode::Lenient)?;
+//! assert!(render_cloudflare(&policy.site, &policy.cache, target, RenderMode::Strict).is_err());
+//! let cloudflare = render_cloudflare(&policy.site, &policy.cache, target, RenderMode::Lenient)?;
 //! assert!(cloudflare.warnings.iter().any(|w| w.feature == "cache.routes[2].surrogate_keys_from_origin"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -42,7 +43,7 @@
 //! let token = Secret::from_env("FASTLY_API_TOKEN").ok_or("FASTLY_API_TOKEN is not set")?;
 //! let deployer =
 //!     FastlyDeployer::from_spec(id.clone(), &policy.providers[&id], token, None, HttpSettings::default())?;
-//! let plan = deployer.plan(&render_fastly(&policy.cache, RenderMode::Strict)?).await?;
+//! let plan = deployer.plan(&render_fastly(&policy.site, &policy.cache, RenderMode::Strict)?).await?;
 //! println!("{plan}");
 //! if std::env::args().any(|a| a == "--apply") {
 //!     println!("{:?}", deployer.apply(&plan, true).await?);
@@ -60,7 +61,10 @@
 //!   not deploying.
 //! - **The identity header.** Every response carries
 //!   `Server-Timing: cdn;desc="<vendor>", pop;desc="<PoP>", cache;desc="<HIT|MISS|...>"`,
-//!   added (not replacing the origin's own `Server-Timing` entries) at the edge.
+//!   added (not replacing the origin's own `Server-Timing` entries) at the edge, with
+//!   `Timing-Allow-Origin: https://<site.host>` (set, replacing the origin's), so the site's
+//!   pages can read `Server-Timing` and the Resource Timing of the probe objects on every edge
+//!   hostname, cross-origin: what `multicdn`'s `rum.js` measures with.
 //! - **`stale-if-error` on every cacheable response.** Cacheable means: not on a never-cached
 //!   route, a status the CDNs cache by default ([`CACHEABLE_STATUSES`]) and no `Set-Cookie`.
 //!   Those responses get `Cache-Control: public, max-age=<browser TTL>,
@@ -94,7 +98,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use multicdn_core::policy::{CacheMode, CachePolicy};
+use multicdn_core::policy::{CacheMode, CachePolicy, Site};
 use serde::Serialize;
 
 pub use path::{PathMatch, analyse};
@@ -232,6 +236,26 @@ impl Findings {
         }
         Ok(self.warnings)
     }
+}
+
+/// The web origin of the site's pages, `https://<site.host>`: the `Timing-Allow-Origin` every
+/// edge sends. A host that is not a DNS name (the policy loader refuses those; a policy built
+/// another way may not) cannot be rendered, on any provider.
+pub(crate) fn site_origin(site: &Site, findings: &Findings) -> Result<String, RenderError> {
+    let host = site.host.as_str();
+    let valid = !host.is_empty()
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    if !valid {
+        return Err(findings.unrepresentable(
+            "site.host",
+            format!(
+                "{host:?} is not a hostname, so the pages' origin (https://<host>) cannot be sent as Timing-Allow-Origin: write the public name, like www.example.com"
+            ),
+        ));
+    }
+    Ok(format!("https://{}", host.to_ascii_lowercase()))
 }
 
 /// A route with the defaults filled in.

@@ -82,7 +82,8 @@ if (req.url.path ~ "^/checkout") {
 
 # ---- snippet multicdn-deliver-headers: type deliver, priority 10 ----
 # identity (seed 000 section 14): which CDN, which PoP, which cache verdict;
-# added once, at the edge node that answers the client (not at a shield)
+# added once, at the edge node that answers the client (not at a shield);
+# Timing-Allow-Origin lets the site's pages read it, and Resource Timing, cross-origin
 declare local var.multicdn_cache STRING;
 if (fastly.ff.visits_this_service == 0) {
   if (fastly_info.state ~ "PASS") {
@@ -97,6 +98,7 @@ if (fastly.ff.visits_this_service == 0) {
     set var.multicdn_cache = fastly_info.state;
   }
   add resp.http.Server-Timing = {"cdn;desc="fastly", pop;desc=""} server.datacenter {"", cache;desc=""} var.multicdn_cache {"""};
+  set resp.http.Timing-Allow-Origin = "https://www.example.com";
 }
 # cache.routes[0] match ^/checkout: headers
 if (req.url.path ~ "^/checkout") {

@@ -287,18 +287,24 @@ function lineChart(target, series, providers, yFormat, yMax) {
     label.textContent = yFormat(v);
     root.append(label);
   }
-  [[t0, 'start'], [t1, 'end']].forEach(([t, anchor]) => {
+  const times = t1 === t0 ? [[t0, 'middle']] : [[t0, 'start'], [t1, 'end']];
+  times.forEach(([t, anchor]) => {
     const label = svg('text', { x: x(t), y: H - 6, 'text-anchor': anchor, class: 'axis' });
     label.textContent = new Date(t).toLocaleString();
     root.append(label);
   });
   for (const s of series) {
     const d = s.points.map((p, i) => `${i ? 'L' : 'M'}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' ');
-    const path = svg('path', { d, fill: 'none', stroke: colour(providers, s.name), 'stroke-width': 2, 'data-provider': s.name });
+    const stroke = colour(providers, s.name);
+    const path = svg('path', { d, fill: 'none', stroke, 'stroke-width': 2, 'data-provider': s.name });
     const title = svg('title');
     title.textContent = s.name;
     path.append(title);
     root.append(path);
+    // A lone point has no line to draw: mark it.
+    if (s.points.length === 1) {
+      root.append(svg('circle', { cx: x(s.points[0][0]), cy: y(s.points[0][1]), r: 3.5, fill: stroke }));
+    }
   }
   const legend = el('p', { class: 'legend' });
   for (const s of series) {

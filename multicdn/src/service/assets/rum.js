@@ -119,7 +119,7 @@
       const entry = performance.getEntriesByName(url.href, 'resource').pop();
       // responseStart is 0 cross-origin unless the edge sends Timing-Allow-Origin.
       const ms = entry && entry.responseStart > 0 ? entry.responseStart - entry.startTime : ended - started;
-      return Math.round(ms * 10) / 10;
+      return Math.max(0.1, Math.round(ms * 10) / 10); // a fetch that answered took some time
     } catch (e) {
       return null; // network error, or the edge refused CORS
     }
