@@ -25,9 +25,10 @@
 //! answered with a status a client can act on: 403, 415, 413, 408, 429 (with `Retry-After`),
 //! 400 for JSON that does not parse, 422 for a beacon that parses but cannot be used.
 
+use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::collections::{HashSet, VecDeque};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault};
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::{Mutex, PoisonError};
@@ -44,6 +45,7 @@ use multicdn_core::Timestamp;
 use multicdn_steering::beacon::{
     Beacon, ClientNetwork, NavigationBeacon, ProbeBeacon, ProbeTimes, Received,
 };
+use multicdn_steering::engine::state::IdHasher;
 use multicdn_steering::scoreboard::Recorded;
 use serde::{Deserialize, Serialize};
 
@@ -213,17 +215,18 @@ impl std::fmt::Debug for Receiver {
     }
 }
 
+/// The beacon ids seen lately, as keyed 64-bit hashes (no allocation per beacon), oldest
+/// forgotten first.
 struct Seen {
-    set: HashSet<(Kind, Box<str>)>,
-    order: VecDeque<(Kind, Box<str>)>,
+    set: HashSet<u64, BuildHasherDefault<IdHasher>>,
+    order: VecDeque<u64>,
     cap: usize,
 }
 
 impl Seen {
-    /// Remembers `id`; false when it was already there.
-    fn insert(&mut self, kind: Kind, id: &str) -> bool {
-        let key = (kind, Box::<str>::from(id));
-        if self.set.contains(&key) {
+    /// Remembers `key`; false when it was already there.
+    fn insert(&mut self, key: u64) -> bool {
+        if !self.set.insert(key) {
             return false;
         }
         if self.order.len() >= self.cap
@@ -231,8 +234,7 @@ impl Seen {
         {
             self.set.remove(&old);
         }
-        self.order.push_back(key.clone());
-        self.set.insert(key);
+        self.order.push_back(key);
         true
     }
 }
@@ -246,7 +248,7 @@ impl Receiver {
             buckets: limit.buckets.max(1),
             hasher: RandomState::new(),
             seen: Mutex::new(Seen {
-                set: HashSet::new(),
+                set: HashSet::default(),
                 order: VecDeque::new(),
                 cap: remembered.max(1),
             }),
@@ -270,10 +272,12 @@ impl Receiver {
     }
 
     fn first_time(&self, kind: Kind, id: &str) -> bool {
+        // Keyed with this process's random key: a client cannot aim collisions.
+        let key = self.hasher.hash_one((kind, id));
         self.seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(kind, id)
+            .insert(key)
     }
 }
 
@@ -361,25 +365,26 @@ fn node_address(raw: &str) -> Option<IpAddr> {
 }
 
 #[derive(Deserialize)]
-struct NavWire {
-    #[serde(default)]
-    id: Option<String>,
+struct NavWire<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
     #[serde(default)]
     at: Option<serde_json::Value>,
-    #[serde(default)]
-    path: String,
+    #[serde(default, borrow)]
+    path: Cow<'a, str>,
     ttfb: f64,
-    provider: String,
-    #[serde(default)]
-    pop: String,
-    #[serde(default)]
-    cache: String,
+    #[serde(borrow)]
+    provider: Cow<'a, str>,
+    #[serde(default, borrow)]
+    pop: Cow<'a, str>,
+    #[serde(default, borrow)]
+    cache: Cow<'a, str>,
 }
 
 #[derive(Deserialize)]
-struct ProbeWire {
-    #[serde(default)]
-    id: Option<String>,
+struct ProbeWire<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
     #[serde(default)]
     at: Option<serde_json::Value>,
     times: ProbeTimes,
@@ -387,7 +392,7 @@ struct ProbeWire {
     best: String,
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Reject> {
+fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Reject> {
     serde_json::from_slice(body).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => Reject::NotABeacon,
         _ => Reject::Malformed,
@@ -419,18 +424,18 @@ pub(crate) fn read_beacon(
     let known = service.providers();
     let (beacon, id, at) = match kind {
         Kind::Nav => {
-            let w: NavWire = parse(body)?;
+            let w: NavWire<'_> = parse(body)?;
             if !(w.ttfb.is_finite() && w.ttfb > 0.0) {
                 return Err(Reject::Implausible);
             }
-            if !known.iter().any(|p| p.as_str() == w.provider) {
+            if !known.iter().any(|p| p.as_str() == w.provider.as_ref()) {
                 return Err(Reject::UnknownProvider);
             }
             let nav = NavigationBeacon::new(&w.path, w.ttfb, &w.provider, &w.pop, &w.cache);
             (Beacon::Navigation(nav), w.id, w.at)
         }
         Kind::Probe => {
-            let w: ProbeWire = parse(body)?;
+            let w: ProbeWire<'_> = parse(body)?;
             let times: Vec<(String, Option<f64>)> = match w.times {
                 ProbeTimes::ByProvider(map) => map.into_iter().collect(),
                 ProbeTimes::InOrder(list) => {
