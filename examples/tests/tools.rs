@@ -310,10 +310,7 @@ async fn drifted_edge() -> (String, tokio::sync::oneshot::Sender<()>) {
         );
         let tag = path.trim_start_matches('/').replace('/', "-");
         h.insert("cache-tag", HeaderValue::from_str(&tag).unwrap());
-        (
-            h,
-            format!("<html><body><h1>{path}</h1><p>Oak dining table, £899.</p></body></html>"),
-        )
+        (h, multicdn_test_support::page(&path, None))
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

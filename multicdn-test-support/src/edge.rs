@@ -204,6 +204,17 @@ impl EdgeServer {
     }
 }
 
+/// The page an edge serves at `path`, loading `script` when given: a test that stands up an
+/// edge of its own serves the same page.
+pub fn page(path: &str, script: Option<&str>) -> String {
+    let script = script
+        .map(|src| format!("<script async src=\"{src}\"></script>"))
+        .unwrap_or_default();
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{path}</title>{script}</head><body><h1>{path}</h1><p>Oak dining table, £899.</p></body></html>"
+    )
+}
+
 /// The answer's status and body, before the headers every answer carries.
 async fn answer(state: &EdgeState, path: &str, host: &str) -> (StatusCode, Vec<u8>) {
     match *lock(&state.mode) {
@@ -267,17 +278,7 @@ async fn answer(state: &EdgeState, path: &str, host: &str) -> (StatusCode, Vec<u
                 .get(path)
                 .copied()
                 .unwrap_or(StatusCode::OK);
-            let script = lock(&state.script)
-                .as_deref()
-                .map(|src| format!("<script async src=\"{src}\"></script>"))
-                .unwrap_or_default();
-            (
-                status,
-                format!(
-                    "<!doctype html><html><head><meta charset=\"utf-8\"><title>{path}</title>{script}</head><body><h1>{path}</h1><p>Oak dining table, £899.</p></body></html>"
-                )
-                .into(),
-            )
+            (status, page(path, lock(&state.script).as_deref()).into())
         }
     }
 }

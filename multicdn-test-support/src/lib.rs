@@ -25,6 +25,6 @@ mod ns1;
 mod purge;
 mod serve;
 
-pub use edge::{EdgeMode, EdgeServer, MARKER, SITE, SeenRequest};
+pub use edge::{EdgeMode, EdgeServer, MARKER, SITE, SeenRequest, page};
 pub use ns1::Ns1Api;
 pub use purge::{CLOUDFLARE_MAX_ITEMS, FASTLY_MAX_KEYS, Fault, PurgeApi, PurgeLimits, PurgeStats};

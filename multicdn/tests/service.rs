@@ -586,3 +586,55 @@ async fn the_server_refuses_past_its_connection_cap_and_drops_slow_headers() {
             .contains("multicdn_http_connections_refused_total 1")
     );
 }
+
+#[tokio::test]
+async fn a_flood_of_bad_beacons_from_many_addresses_leaves_the_receivers_state_bounded() {
+    let r = running(|c| {
+        c.trusted_proxies(["127.0.0.0/8".parse().unwrap()])
+            .client_limit(ClientLimit {
+                per_second: NonZeroU32::new(10).unwrap(),
+                burst: NonZeroU32::new(30).unwrap(),
+                buckets: 256,
+            })
+    })
+    .await;
+    let c = client();
+    let bad = [
+        "{\"ttfb\":".to_owned(),
+        nav("x", "unknown", 50.0),
+        r#"{"times":{"akamai":3}}"#.to_owned(),
+    ];
+    for i in 0..1500u32 {
+        let ip = std::net::Ipv4Addr::from(0xCB00_7100 | (i & 0xff)).to_string();
+        let ip = if i % 2 == 0 {
+            format!("2001:db8:{:x}::1", i)
+        } else {
+            ip
+        };
+        let body = bad[i as usize % bad.len()].replace("\"x\"", &format!("\"bad{i}\""));
+        let resp = c
+            .post(format!("{}/rum/nav", r.base))
+            .header("x-forwarded-for", ip)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_client_error(), "{}", resp.status());
+    }
+    let (buckets, ids) = r.service.footprint();
+    assert!(buckets <= 256, "{buckets} rate buckets for a table of 256");
+    assert_eq!(ids, 0, "no refused beacon's id is remembered");
+    // Valid beacons still get in and are remembered, within the configured count.
+    for i in 0..20 {
+        let resp = c
+            .post(format!("{}/rum/nav", r.base))
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .body(nav(&format!("ok{i}"), "fastly", 40.0))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 204);
+    }
+    assert_eq!(r.service.footprint().1, 20);
+    assert_eq!(samples(&r, "FR", "fastly", Metric::Ttfb), 20);
+}

@@ -228,6 +228,13 @@ impl Service {
         self.inner.metrics.forwarded_ignored_count()
     }
 
+    /// What the receiver holds whatever it is sent: rate buckets in use (at most
+    /// [`ClientLimit::buckets`]) and beacon ids remembered (at most
+    /// [`ServiceConfig::remembered_ids`], and only of accepted beacons).
+    pub fn footprint(&self) -> (usize, usize) {
+        self.inner.receiver.footprint()
+    }
+
     /// The Prometheus text exposition.
     pub fn metrics_text(&self) -> String {
         self.inner.metrics.encode()

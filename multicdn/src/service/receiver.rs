@@ -265,6 +265,17 @@ impl Receiver {
         self.limiter.check_key(&bucket).is_ok()
     }
 
+    /// Rate buckets in use and beacon ids remembered.
+    pub(crate) fn footprint(&self) -> (usize, usize) {
+        let ids = self
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .order
+            .len();
+        (self.limiter.len(), ids)
+    }
+
     /// Forgets buckets that are full again (call now and then).
     pub(crate) fn tidy(&self) {
         self.limiter.retain_recent();
