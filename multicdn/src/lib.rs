@@ -5,7 +5,10 @@
 //! `cloudflare`, `route53`, `ns1`), the [`HealthLedger`] that says every reason a provider is
 //! out, and the [`Controller`] that runs the loop: beacons and health in, rounds of decide ->
 //! apply on every actuator -> journal, its state in a [`StateStore`] so a restart continues
-//! where it stopped.
+//! where it stopped. [`Controller::operate`] takes the operator's switches (static mode, pins,
+//! drains, dry run) with who and why. With the `service` feature, `service` puts it all behind
+//! HTTP: the beacon receiver, the browser script, the dashboard, `/metrics` and the admin
+//! switches.
 //!
 //! A complete service in one page: a policy, a controller with one actuator, beacons in, and
 //! the loop running until shutdown. Here the actuator is the in-memory steerer and time is
@@ -106,8 +109,8 @@ pub use multicdn_providers::{fanout, memory};
 /// What a service needs in one `use`.
 pub mod prelude {
     pub use crate::{
-        ApplyOutcome, Controller, ControllerBuilder, FileStore, HealthLedger, MemoryStore,
-        OutReason, Retry, RoundRecord, StateStore,
+        ApplyOutcome, Command, Controller, ControllerBuilder, FileStore, HealthLedger, MemoryStore,
+        Operator, OutReason, Retry, RoundRecord, StateStore,
     };
     pub use multicdn_core::{
         ApplyOptions, Clock, CohortId, Country, Event, HealthState, ManualClock, NetworkKey,
