@@ -81,6 +81,9 @@ pub(crate) struct Metrics {
     operator: Family<CommandLabel, Counter>,
     connections_refused: Counter,
     static_mode: Gauge<f64, AtomicU64>,
+    /// Per kind: the accepted counter and the rejected counters by reason, looked up once
+    /// (the receiver's path takes no lock for its counters).
+    hot: [(Counter, Vec<Counter>); 2],
 }
 
 impl Metrics {
@@ -105,6 +108,7 @@ impl Metrics {
             connections_refused: Counter::default(),
             static_mode: Gauge::default(),
             registry: Registry::default(),
+            hot: Default::default(),
         };
         registry.register(
             "beacons_accepted",
@@ -187,22 +191,35 @@ impl Metrics {
             "1 while the plan in force is the static weights (the big red switch or the deadman)",
             m.static_mode.clone(),
         );
-        Metrics { registry, ..m }
+        let hot = [Kind::Nav, Kind::Probe].map(|kind| {
+            let accepted = m
+                .accepted
+                .get_or_create(&KindLabel { kind: kind.label() })
+                .clone();
+            let rejected = Reject::ALL
+                .iter()
+                .map(|r| {
+                    m.rejected
+                        .get_or_create(&RejectLabel {
+                            kind: kind.label(),
+                            reason: r.label(),
+                        })
+                        .clone()
+                })
+                .collect();
+            (accepted, rejected)
+        });
+        Metrics { registry, hot, ..m }
     }
 
     pub(crate) fn accepted(&self, kind: Kind) {
-        self.accepted
-            .get_or_create(&KindLabel { kind: kind.label() })
-            .inc();
+        self.hot[kind as usize].0.inc();
     }
 
     pub(crate) fn rejected(&self, kind: Kind, reason: Reject) {
-        self.rejected
-            .get_or_create(&RejectLabel {
-                kind: kind.label(),
-                reason: reason.label(),
-            })
-            .inc();
+        if let Some(c) = self.hot[kind as usize].1.get(reason as usize) {
+            c.inc();
+        }
     }
 
     pub(crate) fn rejected_count(&self, kind: Kind, reason: Reject) -> u64 {

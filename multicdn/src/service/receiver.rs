@@ -35,7 +35,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -570,14 +570,20 @@ pub(crate) async fn receive(
     Ok(())
 }
 
-async fn handle(
-    service: Service,
-    kind: Kind,
-    peer: SocketAddr,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    match receive(&service, kind, peer.ip(), &headers, body).await {
+async fn handle(service: Service, kind: Kind, req: Request) -> Response {
+    // The request taken apart, not its headers copied (axum's HeaderMap extractor clones).
+    let (parts, body) = req.into_parts();
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let Some(peer) = peer else {
+        tracing::error!(
+            "the beacon routes need ConnectInfo<SocketAddr>: serve them with service::serve or into_make_service_with_connect_info"
+        );
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    match receive(&service, kind, peer, &parts.headers, body).await {
         Ok(()) => {
             service.inner.metrics.accepted(kind);
             StatusCode::NO_CONTENT.into_response()
@@ -589,22 +595,12 @@ async fn handle(
     }
 }
 
-pub(crate) async fn nav(
-    State(service): State<Service>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handle(service, Kind::Nav, peer, headers, body).await
+pub(crate) async fn nav(State(service): State<Service>, req: Request) -> Response {
+    handle(service, Kind::Nav, req).await
 }
 
-pub(crate) async fn cdn(
-    State(service): State<Service>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handle(service, Kind::Probe, peer, headers, body).await
+pub(crate) async fn cdn(State(service): State<Service>, req: Request) -> Response {
+    handle(service, Kind::Probe, req).await
 }
 
 #[cfg(test)]
@@ -654,6 +650,14 @@ mod tests {
             client_address("10.0.0.5".parse().unwrap(), &h, &trusted).0,
             "10.0.0.5".parse::<IpAddr>().unwrap()
         );
+    }
+
+    #[test]
+    fn every_reason_is_listed_once_in_declaration_order() {
+        // The metrics index their counters by `reason as usize`.
+        for (i, r) in Reject::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}");
+        }
     }
 
     #[test]
