@@ -53,7 +53,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use common::{ERROR, Fail, OK};
+use common::{Fail, OK};
 use multicdn::prelude::*;
 use multicdn::service::{ServeLimits, Service, ServiceConfig, serve};
 use multicdn::steering::resolve::{NetworkResolver, PrefixTable};
@@ -515,5 +515,4 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
             "error: the public listener stopped: {e}"
         ))),
     }
-    .map(|c| if c == OK { OK } else { ERROR })
 }

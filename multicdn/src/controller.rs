@@ -445,6 +445,8 @@ pub struct RoundReport {
     pub events: Vec<Event>,
     /// The state could not be saved (the round still happened; the next save catches up).
     pub store_error: Option<String>,
+    /// The scoreboard as the round read it (for metrics and dashboards: no second read).
+    pub snapshot: Arc<Snapshot>,
 }
 
 impl RoundReport {
@@ -683,6 +685,11 @@ impl Controller {
         self.inner.state.lock().await.round
     }
 
+    /// The last round's record (`None` before the first).
+    pub async fn last_record(&self) -> Option<RoundRecord> {
+        self.inner.state.lock().await.rounds.last().cloned()
+    }
+
     fn take_events(&self) -> Vec<Event> {
         let mut rx = self
             .inner
@@ -832,6 +839,7 @@ impl Controller {
             plan,
             events,
             store_error,
+            snapshot: Arc::new(snapshot),
         }
     }
 

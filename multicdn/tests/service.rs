@@ -86,6 +86,23 @@ async fn running(tune: impl FnOnce(ServiceConfig) -> ServiceConfig) -> Running {
     }
 }
 
+/// Behind a trusted proxy on loopback (so `X-Forwarded-For` names the client), with this
+/// per-client limit.
+fn behind_proxy(
+    per_second: u32,
+    burst: u32,
+    buckets: u32,
+) -> impl FnOnce(ServiceConfig) -> ServiceConfig {
+    move |c| {
+        c.trusted_proxies(["127.0.0.0/8".parse().unwrap()])
+            .client_limit(ClientLimit {
+                per_second: NonZeroU32::new(per_second).unwrap(),
+                burst: NonZeroU32::new(burst).unwrap(),
+                buckets,
+            })
+    }
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -325,15 +342,7 @@ async fn every_bad_beacon_is_refused_and_counted_and_no_valid_one_is_lost() {
 
 #[tokio::test]
 async fn a_trusted_proxy_names_the_client_and_a_burst_over_the_limit_is_refused() {
-    let r = running(|c| {
-        c.trusted_proxies(["127.0.0.0/8".parse().unwrap()])
-            .client_limit(ClientLimit {
-                per_second: NonZeroU32::new(1).unwrap(),
-                burst: NonZeroU32::new(5).unwrap(),
-                buckets: 4096,
-            })
-    })
-    .await;
+    let r = running(behind_proxy(1, 5, 4096)).await;
     let send = |client_ip: &'static str, id: String| {
         let base = r.base.clone();
         async move {
@@ -589,15 +598,7 @@ async fn the_server_refuses_past_its_connection_cap_and_drops_slow_headers() {
 
 #[tokio::test]
 async fn a_flood_of_bad_beacons_from_many_addresses_leaves_the_receivers_state_bounded() {
-    let r = running(|c| {
-        c.trusted_proxies(["127.0.0.0/8".parse().unwrap()])
-            .client_limit(ClientLimit {
-                per_second: NonZeroU32::new(10).unwrap(),
-                burst: NonZeroU32::new(30).unwrap(),
-                buckets: 256,
-            })
-    })
-    .await;
+    let r = running(behind_proxy(10, 30, 256)).await;
     let c = client();
     let bad = [
         "{\"ttfb\":".to_owned(),

@@ -223,7 +223,7 @@ struct CohortRow {
 pub(crate) async fn weights(State(s): State<Service>) -> Response {
     let plan = s.inner.controller.plan().await;
     let round = s.inner.controller.last_round().await;
-    let mode = s.inner.controller.rounds().await.last().map_or_else(
+    let mode = s.inner.controller.last_record().await.map_or_else(
         || "not yet run".to_owned(),
         |r| {
             serde_json::to_value(r.mode)

@@ -223,18 +223,14 @@ impl Metrics {
     }
 
     pub(crate) fn rejected_count(&self, kind: Kind, reason: Reject) -> u64 {
-        self.rejected
-            .get_or_create(&RejectLabel {
-                kind: kind.label(),
-                reason: reason.label(),
-            })
-            .get()
+        self.hot[kind as usize]
+            .1
+            .get(reason as usize)
+            .map_or(0, Counter::get)
     }
 
     pub(crate) fn accepted_count(&self, kind: Kind) -> u64 {
-        self.accepted
-            .get_or_create(&KindLabel { kind: kind.label() })
-            .get()
+        self.hot[kind as usize].0.get()
     }
 
     pub(crate) fn forwarded_ignored(&self) {

@@ -257,19 +257,19 @@ impl Service {
                 .metrics
                 .provider_up(p.as_str(), !ledger.get(p).is_some_and(|e| e.is_out()));
         }
-        let snapshot = self.inner.controller.snapshot(now);
+        let snapshot = &report.snapshot;
         for (label, metric) in [
             ("ttfb", multicdn_steering::scoreboard::Metric::Ttfb),
             ("probe", multicdn_steering::scoreboard::Metric::Probe),
         ] {
-            let (cells, steerable) = api::count_cells(&snapshot, metric, self.providers());
+            let (cells, steerable) = api::count_cells(snapshot, metric, self.providers());
             self.inner.metrics.cells(label, cells, steerable);
         }
         self.inner
             .history
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(now, &snapshot, self.providers());
+            .push(now, snapshot, self.providers());
         self.inner.receiver.tidy();
     }
 
