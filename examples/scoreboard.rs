@@ -19,7 +19,13 @@
 //! beacon not dated in the future (after the wall clock plus five minutes of skew); beacons
 //! after the window's end (beyond that skew) or before the retention are skipped and counted.
 //! Providers come from `--policy`; without one, from the beacons themselves (the client's
-//! `unknown` excepted), the twelve most frequent names, the rest counted as unknown.
+//! `unknown` excepted), the twelve with the most samples (up to 64 names are learnt while
+//! reading, later ones are counted as unknown providers).
+//!
+//! The input is read once, a block at a time: memory holds the scoreboard and a few MiB of
+//! input whatever the input's size (a line longer than 64 KiB is counted as not JSON and
+//! skipped). `--threads N` parses on N threads, each into its own shard of the scoreboard,
+//! merged at the end (`scripts/ingest-vs-duckdb` measures both against DuckDB).
 //!
 //! `examples/data/beacons.ndjson` is a small sample: 300 navigation and probe beacons from six
 //! networks in six countries over 50 minutes, and four deliberately bad lines.
@@ -30,8 +36,6 @@
 #[path = "tools/common.rs"]
 mod common;
 
-use std::collections::HashMap;
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -41,7 +45,7 @@ use clap::Parser;
 use common::{FINDING, Fail, OK};
 use multicdn_core::{Clock, NetworkKey, ProviderId, SystemClock, Timestamp};
 use multicdn_examples::summary::dashboard;
-use multicdn_steering::ingest::{DEFAULT_SKEW, Ingestor};
+use multicdn_steering::ingest::Ingestor;
 use multicdn_steering::resolve::{NetworkResolver, NoResolver, PrefixTable};
 use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig};
 
@@ -71,6 +75,9 @@ struct Cli {
     /// Samples a cell needs to steer (default: the policy's rum.min_samples, or 200).
     #[arg(long, value_name = "N")]
     min_samples: Option<u64>,
+    /// Threads that parse and count (shards merged at the end); 1 reads on one thread.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
 }
 
 fn main() -> ExitCode {
@@ -80,64 +87,15 @@ fn main() -> ExitCode {
     }
 }
 
-fn read_input(input: &str) -> Result<Vec<u8>, Fail> {
-    let mut bytes = Vec::new();
-    let read = if input == "-" {
-        std::io::stdin().lock().read_to_end(&mut bytes).map(|_| ())
-    } else {
-        std::fs::File::open(input).and_then(|mut f| f.read_to_end(&mut bytes).map(|_| ()))
-    };
-    read.map_err(|e| {
-        let name = if input == "-" { "stdin" } else { input };
-        Fail::error(format!("error: cannot read {name}: {e}"))
-    })?;
-    Ok(bytes)
-}
-
 /// The most providers taken from the beacons themselves (one dashboard column each).
 const MAX_DISCOVERED: usize = 12;
 
-/// The newest `at` no later than `latest`, and the providers the lines name most often, at
-/// most [`MAX_DISCOVERED`] (for runs without a policy), with how many other names were seen.
-fn scan(bytes: &[u8], latest: Timestamp) -> (Option<u64>, Vec<ProviderId>, usize) {
-    let mut newest = None;
-    let mut names: HashMap<String, u64> = HashMap::new();
-    for line in bytes.split(|b| *b == b'\n') {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
-            continue;
-        };
-        if let Some(at) = v.get("at").and_then(serde_json::Value::as_u64)
-            && at <= latest.as_millis()
-        {
-            newest = Some(newest.map_or(at, |n: u64| n.max(at)));
-        }
-        if let Some(p) = v.get("provider").and_then(serde_json::Value::as_str) {
-            *names.entry(p.to_owned()).or_default() += 1;
-        }
-        if let Some(times) = v.get("times").and_then(serde_json::Value::as_object) {
-            for k in times.keys() {
-                *names.entry(k.clone()).or_default() += 1;
-            }
-        }
-    }
-    let mut known: Vec<(u64, ProviderId)> = names
-        .iter()
-        .filter(|(n, _)| n.as_str() != "unknown")
-        .filter_map(|(n, c)| Some((*c, ProviderId::new(n.as_str()).ok()?)))
-        .collect();
-    known.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let others = known.len().saturating_sub(MAX_DISCOVERED);
-    let providers = known
-        .into_iter()
-        .take(MAX_DISCOVERED)
-        .map(|(_, p)| p)
-        .collect();
-    (newest, providers, others)
-}
+/// The most provider names learnt from the beacons while reading (the columns are the
+/// [`MAX_DISCOVERED`] most frequent of them; later names count as unknown).
+const MAX_LEARNT: usize = 64;
 
 fn run(cli: Cli) -> Result<u8, Fail> {
     let policy = cli.policy.as_deref().map(common::load_policy).transpose()?;
-    let bytes = read_input(&cli.input)?;
     let at = cli
         .at
         .as_deref()
@@ -149,22 +107,10 @@ fn run(cli: Cli) -> Result<u8, Fail> {
             })
         })
         .transpose()?;
-    // Lines dated after the receive time (beyond the skew) are refused: without --at, the
-    // newest line that is not in the future ends the window.
-    let latest = at.unwrap_or_else(|| SystemClock.now()).plus(DEFAULT_SKEW);
-    let (newest, discovered, others) = scan(&bytes, latest);
-
-    let providers: Vec<ProviderId> = match &policy {
-        Some(p) => p.provider_ids(),
-        None => {
-            if others > 0 {
-                eprintln!(
-                    "note: {others} more provider name(s) in the beacons are counted as unknown providers; the dashboard shows the {MAX_DISCOVERED} most frequent (name them with --policy)"
-                );
-            }
-            discovered
-        }
-    };
+    let providers: Vec<ProviderId> = policy
+        .as_ref()
+        .map(|p| p.provider_ids())
+        .unwrap_or_default();
     let window = cli.window.unwrap_or_else(|| {
         policy
             .as_ref()
@@ -193,12 +139,65 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         }
         None => Arc::new(NoResolver),
     };
-    let now = at.unwrap_or(Timestamp::from_millis(newest.unwrap_or(0)));
-    let mut ingest = Ingestor::new(resolver).received_at(now);
-    ingest.ingest_bytes(&bytes, &mut board);
+    // One pass over the input, in bounded memory. With --at the window ends there; without,
+    // at the newest line not dated in the future, found as the lines go by.
+    let ingest = Ingestor::new(resolver);
+    let ingest = match at {
+        Some(at) => ingest.received_at(at),
+        None => ingest.replay_until(SystemClock.now()),
+    };
+    let mut ingest = if policy.is_none() {
+        ingest.discover_providers(MAX_LEARNT)
+    } else {
+        ingest
+    };
+    let name = if cli.input == "-" {
+        "stdin"
+    } else {
+        cli.input.as_str()
+    };
+    let read = if cli.input == "-" {
+        ingest.ingest_reader_parallel(
+            std::io::stdin().lock(),
+            &mut board,
+            usize::from(cli.threads),
+        )
+    } else {
+        std::fs::File::open(&cli.input)
+            .and_then(|f| ingest.ingest_reader_parallel(f, &mut board, usize::from(cli.threads)))
+    };
+    read.map_err(|e| Fail::error(format!("error: cannot read {name}: {e}")))?;
     let report = ingest.take_report();
-
+    let now = at.or(report.newest).unwrap_or(Timestamp::EPOCH);
     let snapshot = board.snapshot(now, window);
+    let providers: Vec<ProviderId> = if policy.is_some() {
+        board.providers().to_vec()
+    } else {
+        // The most frequent names, by samples in the window, then by name.
+        let mut seen: Vec<(u64, ProviderId)> = board
+            .providers()
+            .iter()
+            .map(|p| {
+                let n = [Metric::Ttfb, Metric::Probe]
+                    .into_iter()
+                    .map(|m| snapshot.cell(m, NetworkKey::Global, p).stats.samples)
+                    .sum::<u64>();
+                (n, p.clone())
+            })
+            .collect();
+        seen.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        let others = seen.len().saturating_sub(MAX_DISCOVERED);
+        if others > 0 {
+            eprintln!(
+                "note: {others} more provider name(s) in the beacons are not shown: the dashboard shows the {MAX_DISCOVERED} most frequent, and names past the first {MAX_LEARNT} are counted as unknown providers (name them with --policy)"
+            );
+        }
+        let mut top: Vec<ProviderId> =
+            seen.into_iter().take(MAX_DISCOVERED).map(|(_, p)| p).collect();
+        top.sort();
+        top
+    };
+
 
     common::out!(
         "{} lines: {} beacons, {} samples ({} clamped to the plausible maximum, {} without a known network)",
@@ -207,6 +206,11 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         report.samples,
         report.clamped,
         report.unresolved
+    );
+    common::out!(
+        "scoreboard: {} cells in {:.1} MiB",
+        board.cells(),
+        board.heap_bytes() as f64 / f64::from(1u32 << 20)
     );
     let bad = report.bad_lines();
     if bad.is_empty() {

@@ -16,7 +16,7 @@ use axum::routing::any;
 use multicdn_test_support::{EdgeMode, EdgeServer, Ns1Api, PurgeApi};
 use tokio::runtime::Runtime;
 
-const ALL_EXAMPLES: [&str; 12] = [
+const ALL_EXAMPLES: [&str; 13] = [
     "serve",
     "policy",
     "quickstart",
@@ -27,6 +27,7 @@ const ALL_EXAMPLES: [&str; 12] = [
     "steer",
     "deploy",
     "scoreboard",
+    "beacongen",
     "cascade",
     "content-steering",
 ];
@@ -950,4 +951,72 @@ fn serve_names_the_policy_file_it_cannot_read_and_refuses_route53_without_a_zone
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+#[test]
+fn scoreboard_reads_a_generated_log_alike_on_one_thread_and_two() {
+    let log = scratch("generated.ndjson");
+    let table = scratch("generated-prefixes.txt");
+    let out = run(
+        "beacongen",
+        &[
+            "--lines",
+            "120000",
+            "--asns",
+            "2000",
+            "--v4-prefixes",
+            "20000",
+            "--v6-prefixes",
+            "4000",
+            "--out",
+            log.to_str().unwrap(),
+            "--prefixes",
+            table.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // A line too long to hold (an upload gone wrong) as the second line.
+    let mut bytes = std::fs::read(&log).unwrap();
+    let cut = bytes.iter().position(|b| *b == b'\n').unwrap() + 1;
+    let mut long = vec![b'z'; 200_000];
+    long.push(b'\n');
+    bytes.splice(cut..cut, long);
+    std::fs::write(&log, &bytes).unwrap();
+    let args = |threads: &'static str| {
+        run(
+            "scoreboard",
+            &[
+                "--threads",
+                threads,
+                "--prefixes",
+                table.to_str().unwrap(),
+                log.to_str().unwrap(),
+            ],
+            &[],
+        )
+    };
+    let (one, two) = (args("1"), args("2"));
+    assert_eq!(code(&one), 0, "{}", stderr(&one));
+    // The same, apart from the scoreboard's size: the merged shards' index grew differently.
+    let same = |o: &Output| {
+        stdout(o)
+            .lines()
+            .filter(|l| !l.starts_with("scoreboard: "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(same(&one), same(&two));
+    let text = stdout(&one);
+    assert!(text.starts_with("120001 lines: "), "{text}");
+    assert!(
+        text.contains("line 2: not a JSON object: a line longer than 65536 bytes"),
+        "{text}"
+    );
+    // Three providers learnt from the lines, a dashboard row per country.
+    for p in ["fastly", "cloudflare", "akamai"] {
+        assert!(text.contains(p), "{text}");
+    }
+    let _ = std::fs::remove_file(log);
+    let _ = std::fs::remove_file(table);
 }

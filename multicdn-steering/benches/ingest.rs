@@ -1,146 +1,131 @@
-//! Ingestion throughput: NDJSON lines parsed, resolved and inserted; and already-parsed
-//! samples inserted.
+//! Ingestion throughput on a realistic log (`multicdn_steering::sim::beacons`): Zipf traffic
+//! over 20,000 ASNs, addresses resolved through a routing-table-like table of 300,000 nested
+//! IPv4 and IPv6 prefixes, navigation and probe beacons in any field order with extra fields
+//! and escaped strings, a few bad lines, and six hours of timestamps so buckets roll and pack
+//! while the log is read. Each iteration reads a different log (three seeds) into a fresh
+//! scoreboard, as the `scoreboard` tool does.
 //!
-//! `cargo bench -p multicdn-steering --bench ingest -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p multicdn-steering --bench ingest -- --warm-up-time 2 --measurement-time 10`
 
 // Setup code: a malformed fixture should stop the bench loudly.
 #![allow(clippy::unwrap_used)]
 
 use std::hint::black_box;
-use std::net::Ipv4Addr;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use multicdn_core::{Country, ProviderId, Timestamp};
 use multicdn_steering::beacon::ClientNetwork;
 use multicdn_steering::ingest::Ingestor;
 use multicdn_steering::resolve::{NetworkResolver, PrefixTable};
 use multicdn_steering::scoreboard::{Metric, Sample, Scoreboard, ScoreboardConfig};
+use multicdn_steering::sim::beacons::LogSpec;
 
-const LINES: usize = 100_000;
-const PREFIXES: u32 = 20_000;
-const COUNTRIES: [&str; 12] = [
-    "US", "DE", "GB", "FR", "BR", "JP", "IN", "AU", "CA", "NL", "ES", "IT",
-];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-}
-
-/// 20,000 /24 prefixes over 5,000 ASNs, as a routing table would give.
-fn table() -> (PrefixTable, Vec<u32>) {
-    let mut rng = Rng(7);
-    let mut b = PrefixTable::builder();
-    let mut bases = Vec::new();
-    for i in 0..PREFIXES {
-        let base = (rng.next() as u32 % 0xDF00_0000 + 0x0100_0000) & 0xFFFF_FF00;
-        let asn = 1000 + (i % 5000);
-        let country = Country::new(COUNTRIES[(asn % 12) as usize]).ok();
-        b.insert(
-            &format!("{}/24", Ipv4Addr::from(base)),
-            ClientNetwork::new(Some(asn), country),
-        )
-        .unwrap();
-        bases.push(base);
-    }
-    (b.build(), bases)
-}
-
-fn lines(bases: &[u32], now: Timestamp) -> Vec<u8> {
-    let mut rng = Rng(11);
-    let mut out = Vec::with_capacity(LINES * 150);
-    for i in 0..LINES {
-        // Traffic is heavy-tailed: a few networks carry most of it.
-        let pick = ((rng.unit().powi(3)) * bases.len() as f64) as usize;
-        let ip = Ipv4Addr::from(bases[pick] | (rng.next() as u32 & 0xFF));
-        let provider = if rng.next().is_multiple_of(2) {
-            "fastly"
-        } else {
-            "cloudflare"
-        };
-        let z = (-2.0 * rng.unit().ln()).sqrt() * (2.0 * std::f64::consts::PI * rng.unit()).cos();
-        let ttfb = (120.0 * (0.6 * z).exp()).round();
-        let at = now.as_millis() - (i as u64 % 3_000_000);
-        out.extend_from_slice(
-            format!(
-                "{{\"at\":{at},\"ip\":\"{ip}\",\"path\":\"/products/{}\",\"ttfb\":{ttfb},\"provider\":\"{provider}\",\"pop\":\"LHR\",\"cache\":\"HIT\"}}\n",
-                i % 997
-            )
-            .as_bytes(),
-        );
-    }
-    out
-}
-
-fn providers() -> Vec<ProviderId> {
-    vec![
-        ProviderId::new("fastly").unwrap(),
-        ProviderId::new("cloudflare").unwrap(),
-    ]
-}
+/// Lines a log: about 55 MB, a few minutes of a busy site's beacons.
+const LINES: usize = 400_000;
 
 fn ingest(c: &mut Criterion) {
-    let now = Timestamp::from_secs(1_800_000_000);
-    let (table, bases) = table();
-    let text = lines(&bases, now);
-    let mut group = c.benchmark_group("ingest");
-    group.throughput(Throughput::Elements(LINES as u64));
+    let base = LogSpec {
+        lines: LINES,
+        ..LogSpec::default()
+    };
+    let prefixes = base.prefixes();
+    let table = PrefixTable::from_lines(&prefixes.to_text()).unwrap();
+    let logs: Vec<Vec<u8>> = (1..=3)
+        .map(|seed| {
+            let mut out = Vec::new();
+            LogSpec {
+                seed,
+                ..base.clone()
+            }
+            .write_lines(&prefixes, &mut out)
+            .unwrap();
+            out
+        })
+        .collect();
+    let providers: Vec<ProviderId> = base
+        .providers
+        .iter()
+        .map(|p| ProviderId::new(p.as_str()).unwrap())
+        .collect();
+    let end = Timestamp::from_millis(base.start_ms + base.span.as_millis() as u64);
+    let config = ScoreboardConfig::default();
     eprintln!(
-        "ingest: {LINES} lines, {:.0} bytes a line, {} prefix ranges",
-        text.len() as f64 / LINES as f64,
+        "ingest: {LINES} lines a log, {:.0} bytes a line, {} prefixes in {} ranges",
+        logs[0].len() as f64 / LINES as f64,
+        prefixes.len(),
         table.ranges()
     );
 
-    let mut board = Scoreboard::new(ScoreboardConfig::default(), &providers()).unwrap();
-    let mut ingestor = Ingestor::new(&table).received_at(now);
-    group.bench_function("ndjson_parse_resolve_insert", |b| {
-        b.iter(|| {
-            ingestor.ingest_bytes(black_box(&text), &mut board);
-        })
-    });
-    assert_eq!(
-        ingestor.report().bad_total(),
-        0,
-        "{:?}",
-        ingestor.report().bad_lines()
-    );
+    let mut group = c.benchmark_group("ingest");
+    group.throughput(Throughput::Elements(LINES as u64));
+    group.sample_size(20);
+    for threads in [1usize, 2] {
+        let mut next = 0;
+        let mut lines = 0u64;
+        let mut bad = 0u64;
+        group.bench_function(format!("realistic_log_{threads}_thread"), |b| {
+            b.iter_batched_ref(
+                || {
+                    next += 1;
+                    (
+                        Scoreboard::new(config.clone(), &providers).unwrap(),
+                        &logs[next % logs.len()],
+                    )
+                },
+                |(board, log)| {
+                    let mut ingest = Ingestor::new(&table).replay_until(end);
+                    ingest
+                        .ingest_reader_parallel(black_box(&log[..]), board, threads)
+                        .unwrap();
+                    lines += ingest.report().lines;
+                    bad += ingest.report().bad_total();
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        // The log is as described: every line read, about 0.2% of them bad.
+        let share = bad as f64 / lines.max(1) as f64;
+        assert!(
+            lines > 0 && (0.001..0.004).contains(&share),
+            "{bad} bad of {lines}"
+        );
+    }
 
-    // The same beacons, already parsed and resolved.
-    let mut parsed_board = Scoreboard::new(ScoreboardConfig::default(), &providers()).unwrap();
-    let mut rng = Rng(13);
-    let samples: Vec<Sample> = text
+    // The same beacons, already parsed and resolved: the scoreboard's own cost.
+    let mut probe = Ingestor::new(&table).replay_until(end);
+    let mut board = Scoreboard::new(config.clone(), &providers).unwrap();
+    probe.ingest_reader(&logs[0][..], &mut board).unwrap();
+    let samples: Vec<Sample> = logs[0]
         .split(|b| *b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_slice(l).unwrap();
-            let ip = v["ip"].as_str().unwrap().parse().unwrap();
-            Sample {
-                at: Timestamp::from_millis(v["at"].as_u64().unwrap()),
+        .filter_map(|l| serde_json::from_slice::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            let network = match v["ip"].as_str() {
+                Some(ip) => table.resolve(ip.parse().ok()?),
+                None => ClientNetwork::new(
+                    v["asn"].as_u64().and_then(|a| u32::try_from(a).ok()),
+                    v["country"].as_str().and_then(|c| Country::new(c).ok()),
+                ),
+            };
+            Some(Sample {
+                at: Timestamp::from_millis(v["at"].as_u64()?),
                 metric: Metric::Ttfb,
-                provider: parsed_board
-                    .provider_slot(v["provider"].as_str().unwrap())
-                    .unwrap(),
-                network: table.resolve(ip),
-                value: Some(v["ttfb"].as_f64().unwrap() + (rng.next() % 3) as f64),
-            }
+                provider: board.provider_slot(v["provider"].as_str()?)?,
+                network,
+                value: v["ttfb"].as_f64(),
+            })
         })
         .collect();
+    group.throughput(Throughput::Elements(samples.len() as u64));
     group.bench_function("insert_parsed", |b| {
-        b.iter(|| {
-            for s in &samples {
-                parsed_board.insert(black_box(s));
-            }
-        })
+        b.iter_batched_ref(
+            || Scoreboard::new(config.clone(), &providers).unwrap(),
+            |board| {
+                for s in &samples {
+                    board.insert(black_box(s));
+                }
+            },
+            BatchSize::PerIteration,
+        )
     });
     group.finish();
 }

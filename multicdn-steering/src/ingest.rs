@@ -39,18 +39,18 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::BufRead;
+use std::io::Read;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use multicdn_core::{Clock, Country, SystemClock, Timestamp};
+use multicdn_core::{Clock, Country, ProviderId, SystemClock, Timestamp};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::beacon::ClientNetwork;
 use crate::resolve::NetworkResolver;
-use crate::scoreboard::{Metric, Recorded, Sample, Scoreboard};
+use crate::scoreboard::{Metric, ProviderSlot, Recorded, Sample, Scoreboard};
 
 /// Why a line was skipped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -130,8 +130,8 @@ pub struct IngestReport {
     /// The newest time among the beacons stored.
     pub newest: Option<Timestamp>,
     bad: [u64; BadLine::ALL.len()],
-    /// The first few bad lines: line number (1-based), reason, detail. A detail quotes at most
-    /// [`DETAIL_CHARS`] characters of the line's value.
+    /// The first few bad lines: line number (1-based, blank lines counted), reason, detail. A
+    /// detail quotes at most [`DETAIL_CHARS`] characters of the line's value.
     pub examples: Vec<(u64, BadLine, String)>,
 }
 
@@ -154,6 +154,23 @@ impl IngestReport {
     pub fn bad_total(&self) -> u64 {
         self.bad.iter().sum()
     }
+
+    /// Adds the report of another part of the same input (a shard read in parallel): counts
+    /// add up, the examples are the first few of both by line number.
+    pub fn merge(&mut self, other: &IngestReport) {
+        self.lines += other.lines;
+        self.beacons += other.beacons;
+        self.samples += other.samples;
+        self.clamped += other.clamped;
+        self.unresolved += other.unresolved;
+        self.newest = self.newest.max(other.newest);
+        for (mine, theirs) in self.bad.iter_mut().zip(other.bad) {
+            *mine += theirs;
+        }
+        self.examples.extend(other.examples.iter().cloned());
+        self.examples.sort_by_key(|e| e.0);
+        self.examples.truncate(EXAMPLES);
+    }
 }
 
 const EXAMPLES: usize = 10;
@@ -163,6 +180,13 @@ pub const DETAIL_CHARS: usize = 64;
 
 /// The clock skew allowed by default between the receivers that stamp `at` and the ingestor.
 pub const DEFAULT_SKEW: Duration = Duration::from_secs(300);
+
+/// The longest line read: a longer one is counted as [`BadLine::NotJson`] and skipped without
+/// being held in memory (a beacon is a few hundred bytes; the receiver caps bodies far lower).
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// How much of a stream is read at a time.
+const BLOCK: usize = 1 << 20;
 
 /// `value` as a detail: debug-quoted, at most [`DETAIL_CHARS`] characters of it, and its
 /// length when cut.
@@ -178,6 +202,9 @@ fn quote(what: &str, value: &str) -> String {
 enum ReceiveTime {
     Clock(Arc<dyn Clock>),
     At(Timestamp),
+    /// A log replayed in one pass: no line after this time; the retention counts back from
+    /// the newest line stored so far.
+    Until(Timestamp),
 }
 
 /// Reads beacon lines into a scoreboard, resolving networks with `R`.
@@ -194,6 +221,10 @@ pub struct Ingestor<R> {
     received: ReceiveTime,
     skew: Duration,
     report: IngestReport,
+    /// Lines seen, blank ones included (for the examples' line numbers).
+    line_no: u64,
+    /// How many providers may be learnt from the lines (0: none).
+    discover: usize,
 }
 
 impl<R: NetworkResolver> Ingestor<R> {
@@ -205,6 +236,8 @@ impl<R: NetworkResolver> Ingestor<R> {
             received: ReceiveTime::Clock(Arc::new(SystemClock)),
             skew: DEFAULT_SKEW,
             report: IngestReport::default(),
+            line_no: 0,
+            discover: 0,
         }
     }
 
@@ -221,6 +254,32 @@ impl<R: NetworkResolver> Ingestor<R> {
         self
     }
 
+    /// Replays a log after the fact in one pass, without knowing its newest line in advance:
+    /// a line dated after `latest` (beyond the skew) is [`BadLine::Future`], and the retention
+    /// counts back from the newest line stored so far, so the scoreboard ends holding the
+    /// retention before the log's newest line whatever the input's size. A line older than
+    /// the retention before a newer line read earlier is [`BadLine::BeforeRetention`]; one
+    /// read before the newer lines is stored and ages out as they arrive.
+    pub fn replay_until(mut self, latest: Timestamp) -> Self {
+        self.received = ReceiveTime::Until(latest);
+        self
+    }
+
+    /// Learns up to `max` providers from the lines themselves (for a reader with no policy):
+    /// a name the scoreboard does not know, other than the client's `unknown`, is added to it
+    /// (see [`Scoreboard::add_provider`]) while it has fewer than `max` providers; later names
+    /// are [`BadLine::UnknownProvider`].
+    pub fn discover_providers(mut self, max: usize) -> Self {
+        self.discover = max;
+        self
+    }
+
+    /// Numbers the next line `n` (1-based) in the examples: for a part of an input read on
+    /// its own (a shard), so its examples name the line in the whole input.
+    pub fn set_next_line(&mut self, n: u64) {
+        self.line_no = n.saturating_sub(1);
+    }
+
     /// Moves the fixed receive time on (for a receiver that feeds batches as they arrive).
     pub fn set_received_at(&mut self, now: Timestamp) {
         self.received = ReceiveTime::At(now);
@@ -235,7 +294,7 @@ impl<R: NetworkResolver> Ingestor<R> {
     fn now(&self) -> Timestamp {
         match &self.received {
             ReceiveTime::Clock(c) => c.now(),
-            ReceiveTime::At(t) => *t,
+            ReceiveTime::At(t) | ReceiveTime::Until(t) => *t,
         }
     }
 
@@ -257,28 +316,240 @@ impl<R: NetworkResolver> Ingestor<R> {
     }
 
     /// Reads every line of `bytes` (NDJSON).
-    pub fn ingest_bytes(&mut self, mut bytes: &[u8], board: &mut Scoreboard) {
+    pub fn ingest_bytes(&mut self, bytes: &[u8], board: &mut Scoreboard) {
+        self.ingest_block(bytes, board, usize::MAX);
+    }
+
+    /// Reads every line of `bytes`; one longer than `cap` is too long.
+    fn ingest_block(&mut self, mut bytes: &[u8], board: &mut Scoreboard, cap: usize) {
         let now = self.now();
         while !bytes.is_empty() {
             let end = find_newline(bytes).unwrap_or(bytes.len());
-            let _ = self.ingest_line_at(bytes.get(..end).unwrap_or_default(), board, now);
+            let line = bytes.get(..end).unwrap_or_default();
+            if line.len() > cap {
+                self.line_no += 1;
+                self.too_long();
+            } else {
+                let _ = self.ingest_line_at(line, board, now);
+            }
             bytes = bytes.get(end + 1..).unwrap_or_default();
         }
     }
 
-    /// Reads every line of a stream. Stops only on an I/O error, which it returns.
+    /// Reads every line of a stream, a block at a time, in bounded memory: a line longer than
+    /// [`MAX_LINE`] is counted as [`BadLine::NotJson`] and skipped unread. Stops only on an
+    /// I/O error, which it returns (the lines before it are in the scoreboard and the report).
     pub fn ingest_reader(
         &mut self,
-        mut reader: impl BufRead,
+        mut reader: impl Read,
         board: &mut Scoreboard,
     ) -> std::io::Result<()> {
-        let mut buf = Vec::with_capacity(512);
+        let mut buf = vec![0u8; BLOCK];
+        // Bytes of an incomplete line at the start of `buf`.
+        let mut kept = 0;
+        // Inside a line too long to hold: its bytes are dropped until its newline.
+        let mut skipping = false;
         loop {
-            buf.clear();
-            if reader.read_until(b'\n', &mut buf)? == 0 {
-                return Ok(());
+            let n = match reader.read(&mut buf[kept..]) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            let filled = kept + n;
+            let mut start = 0;
+            if skipping {
+                match find_newline(&buf[..filled]) {
+                    Some(end) => {
+                        skipping = false;
+                        start = end + 1;
+                    }
+                    None => {
+                        kept = 0;
+                        continue;
+                    }
+                }
             }
-            let _ = self.ingest_line(&buf, board);
+            let complete = match buf[start..filled].iter().rposition(|b| *b == b'\n') {
+                Some(last) => start + last + 1,
+                None => start,
+            };
+            self.ingest_block(&buf[start..complete], board, MAX_LINE);
+            let rest = filled - complete;
+            if rest > MAX_LINE {
+                self.line_no += 1;
+                self.too_long();
+                skipping = true;
+                kept = 0;
+            } else {
+                buf.copy_within(complete..filled, 0);
+                kept = rest;
+            }
+        }
+        if !skipping {
+            let rest = buf[..kept].to_vec();
+            self.ingest_block(&rest, board, MAX_LINE);
+        }
+        Ok(())
+    }
+
+    /// Reads every line of a stream on `threads` worker threads, each into its own scoreboard
+    /// (a shard), merged into `board` at the end: the same cells and counts as
+    /// [`ingest_reader`](Ingestor::ingest_reader) on one thread, with two differences a reader
+    /// of a replayed log may see: each shard learns up to the discovery limit (the merged
+    /// scoreboard has their union), and [`replay_until`](Ingestor::replay_until)'s retention
+    /// counts back from each shard's newest line. The calling thread reads and cuts the stream
+    /// at line ends into blocks of a few MiB, handed out in turn; memory stays bounded (two
+    /// blocks queued a worker). `threads` of 0 or 1 reads on the calling thread.
+    pub fn ingest_reader_parallel(
+        &mut self,
+        mut reader: impl Read,
+        board: &mut Scoreboard,
+        threads: usize,
+    ) -> std::io::Result<()>
+    where
+        R: Clone + Send,
+    {
+        if threads <= 1 {
+            return self.ingest_reader(reader, board);
+        }
+        const CHUNK: usize = 4 * BLOCK;
+        let mut shards: Vec<(Ingestor<R>, Scoreboard)> = (0..threads)
+            .map(|_| {
+                let ingestor = Ingestor {
+                    resolver: self.resolver.clone(),
+                    probe_order: self.probe_order.clone(),
+                    received: self.received.clone(),
+                    skew: self.skew,
+                    report: IngestReport::default(),
+                    line_no: 0,
+                    discover: self.discover,
+                };
+                let shard = Scoreboard::new(board.config().clone(), board.providers())
+                    .map_err(std::io::Error::other)?;
+                Ok((ingestor, shard))
+            })
+            .collect::<std::io::Result<_>>()?;
+        let first_line = self.line_no + 1;
+        let read = std::thread::scope(|scope| {
+            let mut senders = Vec::with_capacity(threads);
+            for (ingestor, shard) in &mut shards {
+                let (tx, rx) = std::sync::mpsc::sync_channel::<Block>(2);
+                senders.push(tx);
+                scope.spawn(move || {
+                    for block in rx {
+                        ingestor.set_next_line(block.first_line);
+                        if block.too_long {
+                            ingestor.line_no += 1;
+                            ingestor.too_long();
+                        } else {
+                            ingestor.ingest_block(&block.bytes, shard, MAX_LINE);
+                        }
+                    }
+                });
+            }
+            let mut next = 0usize;
+            let mut line = first_line;
+            let mut send = |block: Block| {
+                // A worker gone means it panicked; the scope re-raises that when it ends.
+                let _ = senders[next % threads].send(block);
+                next += 1;
+            };
+            let mut buf = vec![0u8; CHUNK];
+            let mut filled = 0;
+            let mut skipping = false;
+            loop {
+                let n = match reader.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                filled += n;
+                if skipping {
+                    // The rest of a line too long to read, up to its newline.
+                    let Some(end) = find_newline(&buf[..filled]) else {
+                        filled = 0;
+                        continue;
+                    };
+                    buf.copy_within(end + 1..filled, 0);
+                    filled -= end + 1;
+                    skipping = false;
+                }
+                if filled < CHUNK {
+                    continue;
+                }
+                let complete = buf.iter().rposition(|b| *b == b'\n').map_or(0, |l| l + 1);
+                if complete > 0 {
+                    let bytes = buf[..complete].to_vec();
+                    let lines = bytecount(&bytes);
+                    send(Block {
+                        first_line: line,
+                        too_long: false,
+                        bytes,
+                    });
+                    line += lines;
+                }
+                if filled - complete > MAX_LINE {
+                    send(Block {
+                        first_line: line,
+                        too_long: true,
+                        bytes: Vec::new(),
+                    });
+                    line += 1;
+                    skipping = true;
+                    filled = 0;
+                } else {
+                    buf.copy_within(complete..filled, 0);
+                    filled -= complete;
+                }
+            }
+            if !skipping && filled > 0 {
+                let bytes = buf[..filled].to_vec();
+                let lines = bytecount(&bytes) + u64::from(bytes.last() != Some(&b'\n'));
+                send(Block {
+                    first_line: line,
+                    too_long: false,
+                    bytes,
+                });
+                line += lines;
+            }
+            Ok(line)
+        })?;
+        self.line_no = read - 1;
+        for (ingestor, shard) in &shards {
+            for p in shard.providers() {
+                if board.provider_slot(p.as_str()).is_none() {
+                    board
+                        .add_provider(p.clone())
+                        .map_err(std::io::Error::other)?;
+                }
+            }
+            board.merge(shard).map_err(std::io::Error::other)?;
+            self.report.merge(&ingestor.report);
+        }
+        Ok(())
+    }
+
+    /// Counts the line just numbered as too long.
+    fn too_long(&mut self) {
+        self.report.lines += 1;
+        self.bad(
+            BadLine::NotJson,
+            Some(format!("a line longer than {MAX_LINE} bytes")),
+        );
+    }
+
+    fn bad(&mut self, reason: BadLine, detail: Option<String>) {
+        self.report.bad[reason.index()] += 1;
+        if self.report.examples.len() < EXAMPLES {
+            let mut detail = detail.unwrap_or_else(|| reason.to_string());
+            // serde_json's messages quote the value they refused, whatever its size.
+            if let Some((cut, _)) = detail.char_indices().nth(DETAIL_CHARS * 3) {
+                detail.truncate(cut);
+                detail.push_str("...");
+            }
+            self.report.examples.push((self.line_no, reason, detail));
         }
     }
 
@@ -296,6 +567,7 @@ impl<R: NetworkResolver> Ingestor<R> {
         board: &mut Scoreboard,
         now: Timestamp,
     ) -> Result<usize, BadLine> {
+        self.line_no += 1;
         let trimmed = line.trim_ascii();
         if trimmed.is_empty() {
             return Ok(0);
@@ -310,18 +582,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 Ok(n)
             }
             Err((reason, detail)) => {
-                self.report.bad[reason.index()] += 1;
-                if self.report.examples.len() < EXAMPLES {
-                    let mut detail = detail.unwrap_or_else(|| reason.to_string());
-                    // serde_json's messages quote the value they refused, whatever its size.
-                    if let Some((cut, _)) = detail.char_indices().nth(DETAIL_CHARS * 3) {
-                        detail.truncate(cut);
-                        detail.push_str("...");
-                    }
-                    self.report
-                        .examples
-                        .push((self.report.lines, reason, detail));
-                }
+                self.bad(reason, detail);
                 Err(reason)
             }
         }
@@ -346,11 +607,19 @@ impl<R: NetworkResolver> Ingestor<R> {
                 Some(format!("at {at}, received {now}, skew {:?}", self.skew)),
             ));
         }
-        if at < now.minus(board.config().retention) {
+        let from = match self.received {
+            ReceiveTime::Until(_) => self.report.newest.unwrap_or(at),
+            _ => now,
+        };
+        if at < from.minus(board.config().retention) {
+            let what = match self.received {
+                ReceiveTime::Until(_) => "newest line before it",
+                _ => "received",
+            };
             return Err((
                 BadLine::BeforeRetention,
                 Some(format!(
-                    "at {at}, received {now}, retention {:?}",
+                    "at {at}, {what} {from}, retention {:?}",
                     board.config().retention
                 )),
             ));
@@ -358,7 +627,7 @@ impl<R: NetworkResolver> Ingestor<R> {
         let network = self.network(&raw)?;
         let unresolved = network.is_unknown();
         if let (Some(ttfb), Some(provider)) = (raw.ttfb, raw.provider.as_deref()) {
-            let Some(slot) = board.provider_slot(provider) else {
+            let Some(slot) = self.slot(board, provider) else {
                 board.count_unknown_provider();
                 return Err((BadLine::UnknownProvider, Some(quote("provider", provider))));
             };
@@ -388,7 +657,7 @@ impl<R: NetworkResolver> Ingestor<R> {
         let mut first_unknown = String::new();
         let mut last_err = (BadLine::NotABeacon, None);
         for (name, value) in pairs {
-            let Some(slot) = board.provider_slot(&name) else {
+            let Some(slot) = self.slot(board, &name) else {
                 board.count_unknown_provider();
                 unknown += 1;
                 if unknown == 1 {
@@ -420,6 +689,19 @@ impl<R: NetworkResolver> Ingestor<R> {
             return Err(last_err);
         }
         Ok((stored, unresolved, at))
+    }
+
+    /// The slot of `name`, learning it when discovery allows.
+    #[inline]
+    fn slot(&self, board: &mut Scoreboard, name: &str) -> Option<ProviderSlot> {
+        if let Some(slot) = board.provider_slot(name) {
+            return Some(slot);
+        }
+        if board.providers().len() >= self.discover || name == "unknown" {
+            return None;
+        }
+        let id = ProviderId::new(name).ok()?;
+        board.add_provider(id).ok()
     }
 
     #[inline]
@@ -478,6 +760,18 @@ pub fn fast_path_agrees(line: &[u8]) -> Result<(), String> {
         Ok(serde) if serde == fast => Ok(()),
         other => Err(format!("fast path read {fast:?}, serde_json {other:?}")),
     }
+}
+
+/// A block of whole lines for a shard, or a line too long to read.
+struct Block {
+    first_line: u64,
+    too_long: bool,
+    bytes: Vec<u8>,
+}
+
+/// How many `\n` in `b`.
+fn bytecount(b: &[u8]) -> u64 {
+    b.iter().filter(|c| **c == b'\n').count() as u64
 }
 
 /// The first `\n`, eight bytes at a time.
@@ -571,10 +865,15 @@ mod fast {
     const COUNTRY: u8 = 8;
     const TTFB: u8 = 16;
     const PROVIDER: u8 = 32;
+    const TIMES: u8 = 64;
+
+    /// A probe beacon's times by provider name.
+    type Pairs<'a> = Vec<(Cow<'a, str>, Option<f64>)>;
 
     enum Value<'a> {
         Str(&'a str),
         Num(&'a [u8]),
+        Times(Pairs<'a>),
         Null,
         Other,
     }
@@ -595,6 +894,104 @@ mod fast {
             .iter()
             .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
         (b[i + len] == b'"').then(|| (&b[i..i + len], i + len + 1))
+    }
+
+    /// Skips a string whose value is not kept, from just after its opening quote, escapes
+    /// included, checked as `serde_json` checks an ignored string: an escape is one of
+    /// `\" \\ \/ \b \f \n \r \t` or `\u` with four hex digits; a control byte is an error.
+    #[inline]
+    fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
+        loop {
+            let len = b
+                .get(i..)?
+                .iter()
+                .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
+            i += len;
+            match b[i] {
+                b'"' => return Some(i + 1),
+                b'\\' => match *b.get(i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                    b'u' if b.get(i + 2..i + 6)?.iter().all(u8::is_ascii_hexdigit) => i += 6,
+                    _ => return None,
+                },
+                _ => return None,
+            }
+        }
+    }
+
+    /// A number as `serde_json` reads it into an `f64`, where both reads are exact.
+    #[inline]
+    fn float(n: &[u8]) -> Option<f64> {
+        match integer(n) {
+            Some(v) if v < (1 << 53) => Some(v as f64),
+            // Where both reads are exact (at most 15 digits, no exponent: one correctly
+            // rounded division); serde_json's own algorithm may differ by a unit in the last
+            // place on longer numbers.
+            _ if n.len() <= 16
+                && !n.contains(&b'e')
+                && !n.contains(&b'E')
+                && n.iter().filter(|c| c.is_ascii_digit()).count() <= 15 =>
+            {
+                std::str::from_utf8(n)
+                    .ok()?
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| f.is_finite())
+            }
+            _ => None,
+        }
+    }
+
+    /// A number token from `i`: its bytes, checked as JSON.
+    #[inline]
+    fn number(b: &[u8], i: usize) -> Option<&[u8]> {
+        let len = b[i..]
+            .iter()
+            .position(|c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+            .unwrap_or(b.len() - i);
+        let n = &b[i..i + len];
+        json_number(n).then_some(n)
+    }
+
+    /// A probe beacon's `times` object, `{"provider": ms or null, ...}`, from its `{`.
+    fn times(text: &str, mut i: usize) -> Option<(Pairs<'_>, usize)> {
+        let b = text.as_bytes();
+        let mut out = Vec::with_capacity(4);
+        i = ws(b, i + 1);
+        if b.get(i) == Some(&b'}') {
+            return Some((out, i + 1));
+        }
+        loop {
+            if b.get(i) != Some(&b'"') {
+                return None;
+            }
+            let (key, next) = string(b, i + 1)?;
+            let key = text.get(i + 1..i + 1 + key.len())?;
+            i = ws(b, next);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            i = ws(b, i + 1);
+            let value = match *b.get(i)? {
+                b'n' if b.get(i..i + 4) == Some(b"null") => {
+                    i += 4;
+                    None
+                }
+                b'-' | b'0'..=b'9' => {
+                    let n = number(b, i)?;
+                    i += n.len();
+                    Some(float(n)?)
+                }
+                _ => return None,
+            };
+            out.push((Cow::Borrowed(key), value));
+            i = ws(b, i);
+            match b.get(i) {
+                Some(b',') => i = ws(b, i + 1),
+                Some(b'}') => return Some((out, i + 1)),
+                _ => return None,
+            }
+        }
     }
 
     /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`, as JSON writes numbers.
@@ -669,6 +1066,15 @@ mod fast {
             }
             i = ws(b, i + 1);
             let value = match *b.get(i)? {
+                b'{' if key == b"times" => {
+                    let (pairs, next) = times(text, i)?;
+                    i = next;
+                    Value::Times(pairs)
+                }
+                b'"' if !matches!(key, b"ip" | b"country" | b"provider" | b"times") => {
+                    i = skip_string(b, i + 1)?;
+                    Value::Other
+                }
                 b'"' => {
                     let (v, next) = string(b, i + 1)?;
                     // Both ends sit on ASCII quotes, so this is a whole UTF-8 slice.
@@ -677,15 +1083,8 @@ mod fast {
                     Value::Str(v)
                 }
                 b'-' | b'0'..=b'9' => {
-                    let len = b[i..]
-                        .iter()
-                        .position(|c| !matches!(c, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
-                        .unwrap_or(b.len() - i);
-                    let n = &b[i..i + len];
-                    if !json_number(n) {
-                        return None;
-                    }
-                    i += len;
+                    let n = number(b, i)?;
+                    i += n.len();
                     Value::Num(n)
                 }
                 b'n' if b.get(i..i + 4) == Some(b"null") => {
@@ -709,7 +1108,7 @@ mod fast {
                 b"country" => COUNTRY,
                 b"ttfb" => TTFB,
                 b"provider" => PROVIDER,
-                b"times" => return None,
+                b"times" => TIMES,
                 _ => 0,
             };
             if bit != 0 {
@@ -721,25 +1120,9 @@ mod fast {
                     (_, Value::Null) => {}
                     (AT, Value::Num(n)) => out.at = Some(integer(n)?),
                     (ASN, Value::Num(n)) => out.asn = Some(u32::try_from(integer(n)?).ok()?),
-                    (TTFB, Value::Num(n)) => {
-                        out.ttfb = Some(match integer(n) {
-                            Some(v) if v < (1 << 53) => v as f64,
-                            // Where both reads are exact (at most 15 digits, no exponent: one
-                            // correctly rounded division); serde_json's own algorithm may
-                            // differ by a unit in the last place on longer numbers.
-                            _ if n.len() <= 16
-                                && !n.contains(&b'e')
-                                && !n.contains(&b'E')
-                                && n.iter().filter(|c| c.is_ascii_digit()).count() <= 15 =>
-                            {
-                                std::str::from_utf8(n)
-                                    .ok()?
-                                    .parse::<f64>()
-                                    .ok()
-                                    .filter(|f| f.is_finite())?
-                            }
-                            _ => return None,
-                        })
+                    (TTFB, Value::Num(n)) => out.ttfb = Some(float(n)?),
+                    (TIMES, Value::Times(pairs)) => {
+                        out.times = Some(super::RawTimes::ByProvider(pairs));
                     }
                     (IP, Value::Str(v)) => out.ip = Some(Cow::Borrowed(v)),
                     (COUNTRY, Value::Str(v)) => out.country = Some(Cow::Borrowed(v)),
@@ -814,7 +1197,8 @@ mod tests {
         assert_eq!(r.bad(BadLine::NotABeacon), 1);
         assert_eq!(r.bad_total(), 9);
         assert_eq!(r.unresolved, 1);
-        assert!(r.examples.iter().any(|(n, reason, d)| *n == 4
+        // The fifth line of the text (its first is blank).
+        assert!(r.examples.iter().any(|(n, reason, d)| *n == 5
             && *reason == BadLine::BadNetwork
             && d.contains("999.1.1.1")));
         let snap = b.snapshot(Timestamp::from_millis(2000), Duration::from_secs(3600));
@@ -1005,9 +1389,21 @@ mod tests {
         let fast = fast::parse(line).unwrap();
         assert_eq!(fast, serde_json::from_slice::<RawLine<'_>>(line).unwrap());
         assert_eq!(fast.ttfb, Some(182.0));
-        // Escapes, nested values and probe times go through serde_json.
-        assert!(fast::parse(br#"{"at":1,"path":"caf\u00e9","ttfb":1,"provider":"a"}"#).is_none());
-        assert!(fast::parse(br#"{"at":1,"times":{"a":1}}"#).is_none());
+        // Escapes in the fields it skips, and probe times, are read here, as serde_json reads
+        // them.
+        for line in [
+            br#"{"at":1,"path":"\/caf\u00e9 \"x\"","ttfb":1,"provider":"a"}"#.as_slice(),
+            br#"{"times": {"a":1, "b":null,"c":80.5},"at":1,"best":"c"}"#,
+        ] {
+            let fast = fast::parse(line).unwrap();
+            assert_eq!(fast, serde_json::from_slice::<RawLine<'_>>(line).unwrap());
+        }
+        // Escapes in the values it keeps, nested values, times as an array and duplicate keys
+        // go through serde_json.
+        assert!(fast::parse(br#"{"at":1,"provider":"\u0061"}"#).is_none());
+        assert!(fast::parse(br#"{"at":1,"x":{"a":1}}"#).is_none());
+        assert!(fast::parse(br#"{"at":1,"times":[1,null]}"#).is_none());
+        assert!(fast::parse(br#"{"at":1,"path":"bad \q escape"}"#).is_none());
         assert!(fast::parse(br#"{"at":1,"at":2}"#).is_none());
     }
 
@@ -1046,6 +1442,230 @@ mod tests {
         assert_eq!(a.report().lines, 0);
     }
 
+    /// A reader that hands out at most `step` bytes a call, so lines straddle every read.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+    }
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.step.min(out.len()).min(self.data.len());
+            out[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_stream_skips_a_line_longer_than_the_cap_and_keeps_every_other_line() {
+        let good = b"{\"at\":1,\"ttfb\":10,\"provider\":\"fastly\"}\n";
+        let mut text = Vec::new();
+        for _ in 0..30_000 {
+            text.extend_from_slice(good);
+        }
+        // 3 MB without a newline (an upload gone wrong), then the stream goes on.
+        text.extend(std::iter::repeat_n(b'x', 3 << 20));
+        text.push(b'\n');
+        for _ in 0..30_000 {
+            text.extend_from_slice(good);
+        }
+        // A last line without its newline still counts.
+        text.extend_from_slice(good.trim_ascii_end());
+        for step in [usize::MAX, 4096, 7] {
+            let mut ing = Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::EPOCH);
+            let mut b = board();
+            let reader = Trickle {
+                data: &text,
+                step: if step == usize::MAX { text.len() } else { step },
+            };
+            if step == 7 {
+                // 7 bytes a read over the whole input is slow; the first 2 MB show the same.
+                let cut = &text[..(2 << 20)];
+                ing.ingest_reader(Trickle { data: cut, step }, &mut b)
+                    .unwrap();
+                assert_eq!(ing.report().bad(BadLine::NotJson), 1);
+                continue;
+            }
+            ing.ingest_reader(reader, &mut b).unwrap();
+            let r = ing.report();
+            assert_eq!(r.beacons, 60_001, "step {step}");
+            assert_eq!(r.bad(BadLine::NotJson), 1, "step {step}");
+            assert_eq!(r.examples[0].0, 30_001, "step {step}");
+            assert!(
+                r.examples[0].2.contains("longer than 65536"),
+                "{:?}",
+                r.examples
+            );
+        }
+    }
+
+    #[test]
+    fn a_replayed_log_needs_no_end_time_in_advance() {
+        let day = 86_400_000u64;
+        // Lines from a day long ago, the newest last; the retention (an hour) counts back from
+        // the newest line read, not from the wall clock.
+        let text = format!(
+            concat!(
+                "{{\"at\":{},\"ttfb\":10,\"provider\":\"fastly\",\"country\":\"GB\"}}\n",
+                "{{\"at\":{},\"ttfb\":11,\"provider\":\"cloudflare\",\"country\":\"GB\"}}\n",
+                "{{\"at\":{},\"ttfb\":12,\"provider\":\"cloudflare\",\"country\":\"GB\"}}\n",
+                "{{\"at\":{},\"ttfb\":13,\"provider\":\"cloudflare\",\"country\":\"GB\"}}\n",
+            ),
+            day,
+            day + 1_000,
+            day - 2 * 3_600_000,
+            day + 3 * day,
+        );
+        let mut ing = Ingestor::new(crate::resolve::NoResolver)
+            .replay_until(Timestamp::from_millis(day + 60_000));
+        let mut b = board();
+        ing.ingest_bytes(text.as_bytes(), &mut b);
+        let r = ing.report();
+        assert_eq!(r.beacons, 2);
+        assert_eq!(r.bad(BadLine::BeforeRetention), 1);
+        assert_eq!(r.bad(BadLine::Future), 1);
+        assert_eq!(r.newest, Some(Timestamp::from_millis(day + 1_000)));
+        assert_eq!(gb_cloudflare(&b, Timestamp::from_millis(day + 1_000)), 1);
+    }
+
+    #[test]
+    fn providers_are_learnt_from_the_lines_up_to_the_limit() {
+        let text = concat!(
+            "{\"at\":1,\"ttfb\":10,\"provider\":\"zeta\",\"country\":\"GB\"}\n",
+            "{\"at\":1,\"times\":{\"alpha\":9,\"zeta\":12},\"country\":\"GB\"}\n",
+            "{\"at\":1,\"ttfb\":10,\"provider\":\"unknown\"}\n",
+            "{\"at\":1,\"ttfb\":10,\"provider\":\"third\"}\n",
+            "{\"at\":1,\"ttfb\":14,\"provider\":\"zeta\",\"country\":\"GB\"}\n",
+        );
+        let mut b = Scoreboard::new(ScoreboardConfig::default(), &[]).unwrap();
+        let mut ing = Ingestor::new(crate::resolve::NoResolver)
+            .received_at(Timestamp::EPOCH)
+            .discover_providers(2);
+        ing.ingest_bytes(text.as_bytes(), &mut b);
+        let r = ing.report();
+        assert_eq!(r.beacons, 3);
+        assert_eq!(r.bad(BadLine::UnknownProvider), 2);
+        let names: Vec<&str> = b.providers().iter().map(ProviderId::as_str).collect();
+        assert_eq!(names, ["alpha", "zeta"]);
+        // `alpha` came in after zeta's first sample: zeta's cells moved to its new slot.
+        let snap = b.snapshot(Timestamp::EPOCH, Duration::from_secs(3600));
+        let zeta = ProviderId::new("zeta").unwrap();
+        assert_eq!(
+            snap.cell(Metric::Ttfb, "GB".parse().unwrap(), &zeta)
+                .stats
+                .samples,
+            2
+        );
+        assert_eq!(
+            snap.cell(Metric::Probe, "GB".parse().unwrap(), &zeta)
+                .stats
+                .samples,
+            1
+        );
+        let alpha = ProviderId::new("alpha").unwrap();
+        assert_eq!(
+            snap.cell(Metric::Ttfb, "GB".parse().unwrap(), &alpha)
+                .stats
+                .samples,
+            0
+        );
+    }
+
+    #[test]
+    fn shards_read_apart_report_like_one_reader() {
+        let text = b"{\"at\":1,\"ttfb\":10,\"provider\":\"fastly\"}\nbad\n\n{\"at\":1}\n{\"at\":1,\"ttfb\":11,\"provider\":\"cloudflare\"}\nworse\n";
+        let mut whole = Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::EPOCH);
+        whole.ingest_bytes(text, &mut board());
+        // Split after the third line (the blank one).
+        let cut = 1 + text
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'\n')
+            .nth(2)
+            .unwrap()
+            .0;
+        let mut first = Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::EPOCH);
+        let mut second = Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::EPOCH);
+        second.set_next_line(4);
+        let (mut b1, mut b2) = (board(), board());
+        second.ingest_bytes(&text[cut..], &mut b2);
+        first.ingest_bytes(&text[..cut], &mut b1);
+        let mut merged = second.take_report();
+        merged.merge(first.report());
+        assert_eq!(&merged, whole.report());
+        assert_eq!(
+            merged.examples.iter().map(|e| e.0).collect::<Vec<_>>(),
+            [2, 4, 6]
+        );
+        b1.merge(&b2).unwrap();
+        assert_eq!(b1.quality().stored, 2);
+    }
+
+    #[test]
+    fn two_shards_give_the_cells_and_report_of_one_reader() {
+        use crate::sim::beacons::LogSpec;
+        let spec = LogSpec {
+            lines: 120_000,
+            asns: 3_000,
+            v4_prefixes: 20_000,
+            v6_prefixes: 4_000,
+            ..LogSpec::default()
+        };
+        let prefixes = spec.prefixes();
+        let table = Arc::new(PrefixTable::from_lines(&prefixes.to_text()).unwrap());
+        let mut log = Vec::new();
+        spec.write_lines(&prefixes, &mut log).unwrap();
+        // A line too long to read, between blocks, and a last line without its newline.
+        log.extend(std::iter::repeat_n(b'y', 5 << 20));
+        log.extend_from_slice(b"\n\n{\"at\":1796083200000,\"ttfb\":10,\"provider\":\"akamai\"}");
+        assert!(
+            log.len() > 5 * (4 << 20),
+            "{} bytes: several blocks",
+            log.len()
+        );
+        let end = Timestamp::from_millis(spec.start_ms + spec.span.as_millis() as u64);
+        let config = ScoreboardConfig::default()
+            .bucket(Duration::from_secs(300))
+            .retention(Duration::from_secs(7 * 3600));
+        let run = |threads: usize| {
+            let mut board = Scoreboard::new(config.clone(), &[]).unwrap();
+            let mut ing = Ingestor::new(table.clone())
+                .received_at(end)
+                .discover_providers(12);
+            ing.ingest_reader_parallel(&log[..], &mut board, threads)
+                .unwrap();
+            (board, ing.take_report())
+        };
+        let (one, one_report) = run(1);
+        let (two, two_report) = run(2);
+        assert_eq!(one_report, two_report);
+        assert_eq!(one_report.lines, 120_002);
+        // Every shard's examples name the line in the whole input.
+        assert!(
+            one_report.examples.iter().any(|e| e.0 > 2_000),
+            "{:?}",
+            one_report.examples
+        );
+        assert_eq!(one.providers(), two.providers());
+        let (a, b) = (
+            one.snapshot(end, config.retention),
+            two.snapshot(end, config.retention),
+        );
+        let networks = a.networks(Metric::Ttfb);
+        assert!(networks.len() > 1_000);
+        assert_eq!(networks, b.networks(Metric::Ttfb));
+        for metric in [Metric::Ttfb, Metric::Probe] {
+            for network in a.networks(metric) {
+                for p in one.providers() {
+                    let (x, y) = (a.cell(metric, network, p), b.cell(metric, network, p));
+                    assert_eq!(x.stats.samples, y.stats.samples, "{network:?} {p}");
+                    assert_eq!(x.stats.p75, y.stats.p75, "{network:?} {p}");
+                }
+            }
+        }
+    }
+
     fn fragment() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
         let key = prop_oneof![
@@ -1055,6 +1675,7 @@ mod tests {
             Just("country"),
             Just("ttfb"),
             Just("provider"),
+            Just("times"),
             Just("path"),
             Just("pop"),
             Just("x"),
@@ -1079,6 +1700,19 @@ mod tests {
             Just("8888888888888888888888888"),
             Just("123456789.123456789"),
             Just("\"caf\u{e9}\""),
+            Just("\"\\/p\\/1?q=caf\\u00E9\""),
+            Just("\"a\\\"b\\\\\""),
+            Just("\"bad\\q\""),
+            Just("\"short\\u12\""),
+            Just("\"\\ud800\""),
+            Just("{\"fastly\":120.5,\"cloudflare\":null}"),
+            Just("{\"fastly\":1,\"fastly\":2}"),
+            Just("{ \"akamai\" : 7 }"),
+            Just("{\"fastly\":\"x\"}"),
+            Just("{\"fastly\":1e400}"),
+            Just("{\"f\\u0061\":1}"),
+            Just("{}"),
+            Just("[80.5,null]"),
         ];
         (key, value).prop_map(|(k, v)| format!("\"{k}\":{v}"))
     }

@@ -638,6 +638,41 @@ impl Scoreboard {
             .map(|i| ProviderSlot(i as u16))
     }
 
+    /// Adds a provider (for a reader that learns the providers from the beacons themselves) and
+    /// returns its slot; a provider already known keeps its slot. The providers stay sorted, so
+    /// the slots of those after it move up by one: slots taken before this call are stale.
+    /// Costs one pass over the cells.
+    pub fn add_provider(&mut self, provider: ProviderId) -> Result<ProviderSlot, SteeringError> {
+        let at = match self.providers.binary_search(&provider) {
+            Ok(i) => return Ok(ProviderSlot(i as u16)),
+            Err(i) => i,
+        };
+        if self.providers.len() >= 4096 {
+            return Err(SteeringError::Config {
+                field: "providers",
+                why: format!("adding {provider}: at most 4096 providers"),
+            });
+        }
+        self.providers.insert(at, provider);
+        let at = at as u16;
+        if self
+            .cells
+            .keys()
+            .any(|k| BaseKey::unpack(*k).provider >= at)
+        {
+            let cells = std::mem::take(&mut self.cells);
+            self.cells.reserve(cells.len());
+            for (packed, cell) in cells {
+                let mut key = BaseKey::unpack(packed);
+                if key.provider >= at {
+                    key.provider += 1;
+                }
+                self.cells.insert(key.pack(), cell);
+            }
+        }
+        Ok(ProviderSlot(at))
+    }
+
     /// What was kept and dropped so far.
     pub fn quality(&self) -> Quality {
         self.quality

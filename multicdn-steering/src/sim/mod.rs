@@ -33,6 +33,7 @@
 //!
 //! [`Snapshot::newest_sample`]: crate::scoreboard::Snapshot::newest_sample
 
+pub mod beacons;
 mod report;
 
 use std::collections::{BTreeMap, HashMap};
