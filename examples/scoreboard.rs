@@ -192,12 +192,14 @@ fn run(cli: Cli) -> Result<u8, Fail> {
                 "note: {others} more provider name(s) in the beacons are not shown: the dashboard shows the {MAX_DISCOVERED} most frequent, and names past the first {MAX_LEARNT} are counted as unknown providers (name them with --policy)"
             );
         }
-        let mut top: Vec<ProviderId> =
-            seen.into_iter().take(MAX_DISCOVERED).map(|(_, p)| p).collect();
+        let mut top: Vec<ProviderId> = seen
+            .into_iter()
+            .take(MAX_DISCOVERED)
+            .map(|(_, p)| p)
+            .collect();
         top.sort();
         top
     };
-
 
     common::out!(
         "{} lines: {} beacons, {} samples ({} clamped to the plausible maximum, {} without a known network)",
