@@ -66,7 +66,27 @@ pub struct PrefixTable {
     /// a lookup searches only the ranges that start inside the address's /16.
     v4_blocks: Vec<u32>,
     v6: Vec<(u128, u128, u32)>,
+    /// The same for the top 16 bits of IPv6 addresses (global unicast sits in a few thousand
+    /// of them, so a lookup searches tens of ranges, not the whole table).
+    v6_blocks: Vec<u32>,
     values: Vec<ClientNetwork>,
+}
+
+/// For each block of the top 16 bits: how many of `starts` lie before it (65,537 entries).
+fn blocks(starts: impl Iterator<Item = u128>, shift: u32) -> Vec<u32> {
+    let mut out = Vec::with_capacity((1 << 16) + 1);
+    let mut starts = starts.peekable();
+    let mut i = 0u32;
+    for block in 0..(1u128 << 16) {
+        while starts.peek().is_some_and(|s| *s < block << shift) {
+            starts.next();
+            i += 1;
+        }
+        out.push(i);
+    }
+    // Past the last block (whose end `1 << 16 << 112` a u128 cannot hold): every range.
+    out.push(i + starts.count() as u32);
+    out
 }
 
 impl fmt::Debug for PrefixTable {
@@ -120,18 +140,14 @@ impl PrefixTableBuilder {
                 (s as u32, e as u32, net)
             })
             .collect();
-        let mut v4_blocks = Vec::with_capacity((1 << 16) + 1);
-        let mut i = 0usize;
-        for block in 0..=(1u64 << 16) {
-            while i < v4.len() && u64::from(v4[i].0) < block << 16 {
-                i += 1;
-            }
-            v4_blocks.push(i as u32);
-        }
+        let v4_blocks = blocks(v4.iter().map(|r| u128::from(r.0)), 16);
+        let v6 = flatten(self.v6);
+        let v6_blocks = blocks(v6.iter().map(|r| r.0), 112);
         PrefixTable {
             v4,
             v4_blocks,
-            v6: flatten(self.v6),
+            v6,
+            v6_blocks,
             values: self.values,
         }
     }
@@ -185,7 +201,7 @@ impl PrefixTable {
             IpAddr::V4(a) => self.find_v4(u32::from(a)),
             IpAddr::V6(a) => match a.to_ipv4_mapped() {
                 Some(v4) => self.find_v4(u32::from(v4)),
-                None => self.values.get(find(&self.v6, u128::from(a))? as usize),
+                None => self.values.get(self.find_v6(u128::from(a))? as usize),
             },
         }
     }
@@ -204,6 +220,19 @@ impl PrefixTable {
         (ip <= r.1).then_some(&r.2)
     }
 
+    #[inline]
+    fn find_v6(&self, ip: u128) -> Option<u32> {
+        let block = (ip >> 112) as usize;
+        let (lo, hi) = match (self.v6_blocks.get(block), self.v6_blocks.get(block + 1)) {
+            (Some(&lo), Some(&hi)) => (lo as usize, hi as usize),
+            _ => (0, self.v6.len()),
+        };
+        // As for IPv4: the answer is the last range starting at or below `ip`.
+        let i = lo + self.v6.get(lo..hi)?.partition_point(|r| r.0 <= ip);
+        let r = self.v6.get(i.checked_sub(1)?)?;
+        (ip <= r.1).then_some(r.2)
+    }
+
     /// How many disjoint ranges the table holds.
     pub fn ranges(&self) -> usize {
         self.v4.len() + self.v6.len()
@@ -215,13 +244,6 @@ impl NetworkResolver for PrefixTable {
     fn resolve(&self, ip: IpAddr) -> ClientNetwork {
         self.lookup(ip).copied().unwrap_or_default()
     }
-}
-
-#[inline]
-fn find<T: Copy + Ord>(ranges: &[(T, T, u32)], ip: T) -> Option<u32> {
-    let i = ranges.partition_point(|r| r.0 <= ip);
-    let r = ranges.get(i.checked_sub(1)?)?;
-    (ip <= r.1).then_some(r.2)
 }
 
 fn parse_prefix(text: &str) -> Result<(IpAddr, u8), SteeringError> {
@@ -621,6 +643,42 @@ mod tests {
                     }
                 }
                 let got = t.resolve(IpAddr::V4(ip.into())).asn;
+                prop_assert_eq!(got, best.map(|(_, i)| i as u32));
+            }
+        }
+
+        #[test]
+        fn ipv6_agrees_with_a_linear_scan(
+            ps in prop::collection::vec(((0u128..4, any::<u128>()), 0u8..=128), 1..40),
+            probes in prop::collection::vec((0u128..4, any::<u128>()), 20),
+        ) {
+            // Four top-16-bit blocks around 2001::, so prefixes nest and share blocks; short
+            // prefixes span many blocks.
+            let addr = |(top, rest): (u128, u128)| ((0x2000 + top) << 112) | (rest >> 16);
+            let ps: Vec<(u128, u8)> = ps.into_iter().map(|(a, l)| (addr(a), l)).collect();
+            let mut b = PrefixTable::builder();
+            for (i, (a, len)) in ps.iter().enumerate() {
+                b.insert(&format!("{}/{}", std::net::Ipv6Addr::from(*a), len), net(i as u32)).unwrap();
+            }
+            let t = b.build();
+            let mut checks: Vec<u128> = probes.into_iter().map(addr).collect();
+            checks.extend(ps.iter().map(|(a, _)| *a));
+            checks.push(0);
+            checks.push(u128::MAX);
+            for ip in checks {
+                let mut best: Option<(u8, usize)> = None;
+                for (i, (a, len)) in ps.iter().enumerate() {
+                    let mask = if *len == 0 { 0 } else { u128::MAX << (128 - len) };
+                    if ip & mask == a & mask && best.is_none_or(|(l, _)| *len >= l) {
+                        best = Some((*len, i));
+                    }
+                }
+                let v6 = std::net::Ipv6Addr::from(ip);
+                // An IPv4-mapped address is looked up as IPv4.
+                if v6.to_ipv4_mapped().is_some() {
+                    continue;
+                }
+                let got = t.resolve(IpAddr::V6(v6)).asn;
                 prop_assert_eq!(got, best.map(|(_, i)| i as u32));
             }
         }
