@@ -141,32 +141,26 @@ fn run(cli: Cli) -> Result<u8, Fail> {
     };
     // One pass over the input, in bounded memory. With --at the window ends there; without,
     // at the newest line not dated in the future, found as the lines go by.
-    let ingest = Ingestor::new(resolver);
-    let ingest = match at {
+    let ingest =
+        Ingestor::new(resolver).discover_providers(if policy.is_none() { MAX_LEARNT } else { 0 });
+    let mut ingest = match at {
         Some(at) => ingest.received_at(at),
         None => ingest.replay_until(SystemClock.now()),
     };
-    let mut ingest = if policy.is_none() {
-        ingest.discover_providers(MAX_LEARNT)
+    let (name, input): (&str, std::io::Result<Box<dyn std::io::Read>>) = if cli.input == "-" {
+        ("stdin", Ok(Box::new(std::io::stdin().lock())))
     } else {
-        ingest
-    };
-    let name = if cli.input == "-" {
-        "stdin"
-    } else {
-        cli.input.as_str()
-    };
-    let read = if cli.input == "-" {
-        ingest.ingest_reader_parallel(
-            std::io::stdin().lock(),
-            &mut board,
-            usize::from(cli.threads),
+        let file = std::fs::File::open(&cli.input);
+        (
+            cli.input.as_str(),
+            file.map(|f| Box::new(f) as Box<dyn std::io::Read>),
         )
-    } else {
-        std::fs::File::open(&cli.input)
-            .and_then(|f| ingest.ingest_reader_parallel(f, &mut board, usize::from(cli.threads)))
     };
-    read.map_err(|e| Fail::error(format!("error: cannot read {name}: {e}")))?;
+    input
+        .and_then(|input| {
+            ingest.ingest_reader_parallel(input, &mut board, usize::from(cli.threads))
+        })
+        .map_err(|e| Fail::error(format!("error: cannot read {name}: {e}")))?;
     let report = ingest.take_report();
     let now = at.or(report.newest).unwrap_or(Timestamp::EPOCH);
     let snapshot = board.snapshot(now, window);

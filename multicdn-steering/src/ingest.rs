@@ -341,56 +341,16 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// I/O error, which it returns (the lines before it are in the scoreboard and the report).
     pub fn ingest_reader(
         &mut self,
-        mut reader: impl Read,
+        reader: impl Read,
         board: &mut Scoreboard,
     ) -> std::io::Result<()> {
-        let mut buf = vec![0u8; BLOCK];
-        // Bytes of an incomplete line at the start of `buf`.
-        let mut kept = 0;
-        // Inside a line too long to hold: its bytes are dropped until its newline.
-        let mut skipping = false;
-        loop {
-            let n = match reader.read(&mut buf[kept..]) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            let filled = kept + n;
-            let mut start = 0;
-            if skipping {
-                match find_newline(&buf[..filled]) {
-                    Some(end) => {
-                        skipping = false;
-                        start = end + 1;
-                    }
-                    None => {
-                        kept = 0;
-                        continue;
-                    }
-                }
-            }
-            let complete = match buf[start..filled].iter().rposition(|b| *b == b'\n') {
-                Some(last) => start + last + 1,
-                None => start,
-            };
-            self.ingest_block(&buf[start..complete], board, MAX_LINE);
-            let rest = filled - complete;
-            if rest > MAX_LINE {
+        split_lines(reader, BLOCK, |piece| match piece {
+            Piece::Lines(lines) => self.ingest_block(lines, board, MAX_LINE),
+            Piece::TooLong => {
                 self.line_no += 1;
                 self.too_long();
-                skipping = true;
-                kept = 0;
-            } else {
-                buf.copy_within(complete..filled, 0);
-                kept = rest;
             }
-        }
-        if !skipping {
-            let rest = buf[..kept].to_vec();
-            self.ingest_block(&rest, board, MAX_LINE);
-        }
-        Ok(())
+        })
     }
 
     /// Reads every line of a stream on `threads` worker threads, each into its own scoreboard
@@ -403,7 +363,7 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// blocks queued a worker). `threads` of 0 or 1 reads on the calling thread.
     pub fn ingest_reader_parallel(
         &mut self,
-        mut reader: impl Read,
+        reader: impl Read,
         board: &mut Scoreboard,
         threads: usize,
     ) -> std::io::Result<()>
@@ -438,83 +398,31 @@ impl<R: NetworkResolver> Ingestor<R> {
                 senders.push(tx);
                 scope.spawn(move || {
                     for block in rx {
-                        ingestor.set_next_line(block.first_line);
-                        if block.too_long {
-                            ingestor.line_no += 1;
-                            ingestor.too_long();
-                        } else {
-                            ingestor.ingest_block(&block.bytes, shard, MAX_LINE);
-                        }
+                        ingestor.take_block(&block, shard);
                     }
                 });
             }
             let mut next = 0usize;
             let mut line = first_line;
-            let mut send = |block: Block| {
+            split_lines(reader, CHUNK, |piece| {
+                let (bytes, count) = match piece {
+                    // The last piece may end without a newline.
+                    Piece::Lines(lines) => (
+                        Some(lines.to_vec()),
+                        bytecount(lines) + u64::from(lines.last() != Some(&b'\n')),
+                    ),
+                    Piece::TooLong => (None, 1),
+                };
+                let block = Block {
+                    first_line: line,
+                    bytes,
+                };
+                line += count;
                 // A worker gone means it panicked; the scope re-raises that when it ends.
                 let _ = senders[next % threads].send(block);
                 next += 1;
-            };
-            let mut buf = vec![0u8; CHUNK];
-            let mut filled = 0;
-            let mut skipping = false;
-            loop {
-                let n = match reader.read(&mut buf[filled..]) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                };
-                filled += n;
-                if skipping {
-                    // The rest of a line too long to read, up to its newline.
-                    let Some(end) = find_newline(&buf[..filled]) else {
-                        filled = 0;
-                        continue;
-                    };
-                    buf.copy_within(end + 1..filled, 0);
-                    filled -= end + 1;
-                    skipping = false;
-                }
-                if filled < CHUNK {
-                    continue;
-                }
-                let complete = buf.iter().rposition(|b| *b == b'\n').map_or(0, |l| l + 1);
-                if complete > 0 {
-                    let bytes = buf[..complete].to_vec();
-                    let lines = bytecount(&bytes);
-                    send(Block {
-                        first_line: line,
-                        too_long: false,
-                        bytes,
-                    });
-                    line += lines;
-                }
-                if filled - complete > MAX_LINE {
-                    send(Block {
-                        first_line: line,
-                        too_long: true,
-                        bytes: Vec::new(),
-                    });
-                    line += 1;
-                    skipping = true;
-                    filled = 0;
-                } else {
-                    buf.copy_within(complete..filled, 0);
-                    filled -= complete;
-                }
-            }
-            if !skipping && filled > 0 {
-                let bytes = buf[..filled].to_vec();
-                let lines = bytecount(&bytes) + u64::from(bytes.last() != Some(&b'\n'));
-                send(Block {
-                    first_line: line,
-                    too_long: false,
-                    bytes,
-                });
-                line += lines;
-            }
-            Ok(line)
+            })?;
+            Ok::<u64, std::io::Error>(line)
         })?;
         self.line_no = read - 1;
         for (ingestor, shard) in &shards {
@@ -529,6 +437,18 @@ impl<R: NetworkResolver> Ingestor<R> {
             self.report.merge(&ingestor.report);
         }
         Ok(())
+    }
+
+    /// Ingests one block a shard was handed.
+    fn take_block(&mut self, block: &Block, shard: &mut Scoreboard) {
+        self.set_next_line(block.first_line);
+        match &block.bytes {
+            Some(lines) => self.ingest_block(lines, shard, MAX_LINE),
+            None => {
+                self.line_no += 1;
+                self.too_long();
+            }
+        }
     }
 
     /// Counts the line just numbered as too long.
@@ -762,11 +682,73 @@ pub fn fast_path_agrees(line: &[u8]) -> Result<(), String> {
     }
 }
 
-/// A block of whole lines for a shard, or a line too long to read.
+/// A piece of a stream cut at line ends.
+#[derive(Clone, Copy)]
+enum Piece<'a> {
+    /// Whole lines (the last piece of a stream may end without its newline).
+    Lines(&'a [u8]),
+    /// A line longer than [`MAX_LINE`], skipped unread.
+    TooLong,
+}
+
+/// Reads `reader` into a buffer of `size` bytes (more than [`MAX_LINE`]) and hands `f` the
+/// complete lines after every read, and a line too long to hold as [`Piece::TooLong`] (its
+/// bytes are dropped up to its newline). Memory stays at `size` whatever the stream.
+fn split_lines(
+    mut reader: impl Read,
+    size: usize,
+    mut f: impl FnMut(Piece<'_>),
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; size.max(MAX_LINE + 1)];
+    // Bytes of an incomplete line at the start of `buf`.
+    let mut kept = 0;
+    // Inside a line too long to hold: its bytes are dropped until its newline.
+    let mut skipping = false;
+    loop {
+        let n = match reader.read(&mut buf[kept..]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let filled = kept + n;
+        let mut start = 0;
+        if skipping {
+            let Some(end) = find_newline(&buf[..filled]) else {
+                kept = 0;
+                continue;
+            };
+            skipping = false;
+            start = end + 1;
+        }
+        let complete = match buf[start..filled].iter().rposition(|b| *b == b'\n') {
+            Some(last) => start + last + 1,
+            None => start,
+        };
+        if complete > start {
+            f(Piece::Lines(&buf[start..complete]));
+        }
+        let rest = filled - complete;
+        if rest > MAX_LINE {
+            f(Piece::TooLong);
+            skipping = true;
+            kept = 0;
+        } else {
+            buf.copy_within(complete..filled, 0);
+            kept = rest;
+        }
+    }
+    if !skipping && kept > 0 {
+        f(Piece::Lines(&buf[..kept]));
+    }
+    Ok(())
+}
+
+/// A block of whole lines for a shard (`None`: a line too long to read), numbered from
+/// `first_line` in the whole input.
 struct Block {
     first_line: u64,
-    too_long: bool,
-    bytes: Vec<u8>,
+    bytes: Option<Vec<u8>>,
 }
 
 /// How many `\n` in `b`.

@@ -109,6 +109,9 @@ const AGENTS: [&str; 4] = [
     "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Mobile Safari/537.36",
 ];
 
+/// The lowest ASN of the log's networks.
+const FIRST_ASN: u32 = 1_000;
+
 /// One announced prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Prefix {
@@ -125,7 +128,6 @@ pub struct Prefixes {
     /// Per ASN index: its IPv4 and its IPv6 prefixes (indices into `prefixes`).
     owned: Vec<(Vec<u32>, Vec<u32>)>,
     countries: Vec<&'static str>,
-    first_asn: u32,
 }
 
 impl Prefixes {
@@ -144,7 +146,7 @@ impl Prefixes {
     pub fn to_text(&self) -> String {
         let mut out = String::with_capacity(self.prefixes.len() * 32);
         for p in &self.prefixes {
-            let country = self.countries[(p.asn - self.first_asn) as usize];
+            let country = self.countries[(p.asn - FIRST_ASN) as usize];
             if p.v6 {
                 let _ = writeln!(
                     out,
@@ -207,15 +209,11 @@ fn normal(rng: &mut SmallRng) -> f64 {
 }
 
 impl LogSpec {
-    fn first_asn(&self) -> u32 {
-        1_000
-    }
-
     /// The prefix table (deterministic for the spec's seed).
     pub fn prefixes(&self) -> Prefixes {
         let mut rng = SmallRng::seed_from_u64(self.seed ^ 0x5052_4546);
         let asns = self.asns.max(1);
-        let first = self.first_asn();
+        let first = FIRST_ASN;
         let countries: Vec<&'static str> = (0..asns)
             .map(|_| COUNTRIES[rng.random_range(0..COUNTRIES.len())])
             .collect();
@@ -282,7 +280,6 @@ impl LogSpec {
             prefixes,
             owned,
             countries,
-            first_asn: first,
         }
     }
 
@@ -326,7 +323,7 @@ impl LogSpec {
             let u: f64 = rng.random::<f64>() * total;
             let k = cdf.partition_point(|c| *c < u).min(asns - 1);
             let net = rank[k] as usize;
-            let asn = prefixes.first_asn + net as u32;
+            let asn = FIRST_ASN + net as u32;
             let country = prefixes.countries[net];
             fields.push(("at", at.to_string()));
             if rng.random::<f64>() < self.resolved_share {
