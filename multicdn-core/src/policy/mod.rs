@@ -98,6 +98,12 @@ pub struct ProviderSpec {
     /// The environment variable holding the API token (never the token itself).
     #[serde(default)]
     pub token_env: Option<String>,
+    /// A configured standby (seed 000 sections 18 and 21): fully configured, probed,
+    /// drift-checked and warmed, but carrying no traffic. It has no measurement floor, real-user
+    /// measurements never move traffic to it, and it takes traffic only when every live
+    /// provider is down (the failover) or in a drill.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub standby: bool,
 }
 
 /// Cache defaults, cache key and routes (seed 000, section 13).
@@ -318,6 +324,105 @@ pub struct SteeringPolicy {
     /// Manual pins for networks under known events.
     #[serde(default)]
     pub pins: Vec<Pin>,
+    /// The last resort when every provider is down: a host serving a static catalogue,
+    /// answered instead of the static weights, and left as soon as one provider is healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Fallback>,
+    /// Announced drills: shifts of traffic to a standby or secondary for a set time, watched
+    /// against the pre-drill baseline and aborted on a regression.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drills: Vec<DrillSpec>,
+}
+
+/// The static fallback (seed 000 section 20): a static export of the top pages, hosted
+/// somewhere independent of every CDN. Browsing is degraded and orders cannot be taken, but
+/// a dead site becomes a slow catalogue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Fallback {
+    /// The host DNS answers with (`catalogue.example-static.net`).
+    pub host: String,
+}
+
+impl Fallback {
+    /// The provider id the fallback host is steered under in plans (`fallback`); no provider
+    /// may take this name.
+    pub const ID: &'static str = "fallback";
+
+    /// [`Fallback::ID`] as a provider id.
+    pub fn id() -> ProviderId {
+        ProviderId::trusted(Fallback::ID)
+    }
+}
+
+/// One announced drill (seed 000 sections 18, 20, 21): at `at`, shift `share` of the traffic
+/// of the cohorts it names (all, when none) from every other provider to `to`, in the
+/// failover's steps, hold it for `hold`, then return in the same steps. The Controller watches
+/// real-user p90 TTFB and the error rate against the baseline measured before the drill and
+/// aborts, stepwise, on a regression beyond `abort`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct DrillSpec {
+    /// The drill's name, in the journal and its report (`q4-standby`).
+    pub name: CohortId,
+    /// When the shift starts.
+    pub at: Timestamp,
+    /// The provider the traffic moves to (usually the standby).
+    pub to: ProviderId,
+    /// How much of each cohort's traffic ends on `to` (up to 100%).
+    #[serde(default = "full_share")]
+    pub share: Share,
+    /// How long the full shift is held before the return.
+    pub hold: Dur,
+    /// The cohorts drilled; empty: every region.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cohorts: Vec<CohortId>,
+    /// What aborts it.
+    #[serde(default)]
+    pub abort: DrillAbort,
+}
+
+fn full_share() -> Share {
+    Share::percent(100)
+}
+
+/// A drill's abort thresholds, against the baseline measured before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct DrillAbort {
+    /// p90 TTFB may rise by at most this much over the baseline (seed 000: watch p90, not the
+    /// median, which hides fragmentation).
+    #[serde(default = "default_p90_rise")]
+    pub p90_rise: Dur,
+    /// The error rate may rise by at most this many percentage points.
+    #[serde(default = "default_error_rise")]
+    pub error_rise: Share,
+    /// Samples a region needs during the drill before its figures can abort it.
+    #[serde(default = "default_drill_samples")]
+    pub min_samples: u64,
+}
+
+fn default_p90_rise() -> Dur {
+    Dur::millis(150)
+}
+fn default_error_rise() -> Share {
+    Share::percent(1)
+}
+fn default_drill_samples() -> u64 {
+    200
+}
+
+impl Default for DrillAbort {
+    fn default() -> DrillAbort {
+        DrillAbort {
+            p90_rise: default_p90_rise(),
+            error_rise: default_error_rise(),
+            min_samples: default_drill_samples(),
+        }
+    }
 }
 
 fn default_ttl() -> Dur {
@@ -795,6 +900,45 @@ impl Policy {
     /// The provider ids, sorted.
     pub fn provider_ids(&self) -> Vec<ProviderId> {
         self.providers.keys().cloned().collect()
+    }
+
+    /// Whether `provider` is a configured standby (`providers.<id>.standby: true`).
+    pub fn is_standby(&self, provider: &ProviderId) -> bool {
+        self.providers.get(provider).is_some_and(|s| s.standby)
+    }
+
+    /// The floor `provider` keeps while healthy: the larger of the measurement floor and its
+    /// commit, and none for a standby (it carries nothing unless failed over to or drilled).
+    pub fn floor_of(&self, provider: &ProviderId) -> Share {
+        if self.is_standby(provider) {
+            return Share::default();
+        }
+        self.steering.floors.for_provider(provider)
+    }
+
+    /// What DNS answers point at, by provider id: every provider's edge host, and the static
+    /// fallback's host under [`Fallback::ID`] when the policy has one.
+    pub fn answer_targets(&self) -> BTreeMap<ProviderId, String> {
+        let mut targets: BTreeMap<ProviderId, String> = self
+            .providers
+            .iter()
+            .map(|(id, spec)| (id.clone(), spec.edge_host.clone()))
+            .collect();
+        if let Some(f) = &self.steering.fallback {
+            targets.insert(Fallback::id(), f.host.clone());
+        }
+        targets
+    }
+
+    /// The plan that answers every cohort with the static fallback host, when the policy has
+    /// one: what DNS says when every provider is down.
+    pub fn fallback_plan(&self) -> Option<SteeringPlan> {
+        self.steering.fallback.as_ref()?;
+        let mut plan = self.static_plan();
+        for c in &mut plan.cohorts {
+            c.weights = Weights::single(Fallback::id());
+        }
+        Some(plan)
     }
 }
 

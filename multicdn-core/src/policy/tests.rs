@@ -307,3 +307,142 @@ fn required_sections_are_required() {
     let paths: Vec<String> = invalid(&neither).into_iter().map(|d| d.path).collect();
     assert_eq!(paths, ["foo", "site", "health", "steering"]);
 }
+
+// ---- Configured standby, static fallback, drills ----
+
+const STANDBY: &str = include_str!("../../../examples/policy-standby.yaml");
+
+fn standby_edit(from: &str, to: &str) -> String {
+    assert!(STANDBY.contains(from), "standby example lacks {from:?}");
+    STANDBY.replacen(from, to, 1)
+}
+
+#[test]
+fn the_shipped_standby_example_validates() {
+    let p = Policy::from_yaml(STANDBY, "examples/policy-standby.yaml").unwrap();
+    let cf = ProviderId::new("cloudflare").unwrap();
+    let fastly = ProviderId::new("fastly").unwrap();
+    assert!(p.is_standby(&cf) && !p.is_standby(&fastly));
+    assert_eq!(p.floor_of(&cf), Share::default(), "a standby has no floor");
+    assert_eq!(p.floor_of(&fastly), Share::percent(10));
+    for c in &p.static_plan().cohorts {
+        assert_eq!(c.weights.get(&cf), 0, "{}", c.cohort);
+    }
+    let targets = p.answer_targets();
+    assert_eq!(
+        targets.get(&Fallback::id()).map(String::as_str),
+        Some("catalogue.example-static.net")
+    );
+    assert_eq!(targets.len(), 3);
+    let fb = p.fallback_plan().unwrap();
+    assert!(
+        fb.cohorts
+            .iter()
+            .all(|c| c.weights.get(&Fallback::id()) == crate::TOTAL_BP)
+    );
+    assert_eq!(p.steering.drills.len(), 1);
+    let d = &p.steering.drills[0];
+    assert_eq!(d.hold, Dur::secs(3600));
+    assert_eq!(d.abort.p90_rise, Dur::millis(150));
+    // Live steering policies have no fallback plan.
+    assert!(
+        Policy::from_yaml(EXAMPLE, "p.yaml")
+            .unwrap()
+            .fallback_plan()
+            .is_none()
+    );
+}
+
+#[test]
+fn a_standby_given_traffic_is_refused_at_the_region() {
+    let src = standby_edit(
+        "      match: [US, CA, MX]\n      weights: { fastly: 100%, cloudflare: 0% }",
+        "      match: [US, CA, MX]\n      weights: { fastly: 90%, cloudflare: 10% }",
+    );
+    let d = invalid(&src);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].path, "steering.regions[1].weights.cloudflare");
+    assert!(d[0].message.contains("standby"), "{}", d[0].message);
+}
+
+#[test]
+fn a_standby_cannot_carry_a_commit_and_one_provider_must_be_live() {
+    let d = invalid(&standby_edit(
+        "    commits: {}",
+        "    commits: { cloudflare: 20% }",
+    ));
+    assert!(
+        d.iter().any(
+            |d| d.path == "steering.floors.commits.cloudflare" && d.message.contains("standby")
+        ),
+        "{d:?}"
+    );
+    let both = standby_edit(
+        "    token_env: FASTLY_API_TOKEN",
+        "    token_env: FASTLY_API_TOKEN\n    standby: true",
+    );
+    let d = invalid(&both);
+    assert!(
+        d.iter()
+            .any(|d| d.path == "providers" && d.message.contains("at least one must be live")),
+        "{d:?}"
+    );
+}
+
+#[test]
+fn a_fallback_must_be_a_host_apart_from_every_cdn() {
+    let d = invalid(&standby_edit(
+        "host: catalogue.example-static.net",
+        "host: \"not a host/\"",
+    ));
+    assert_eq!(d[0].path, "steering.fallback.host", "{d:?}");
+    assert_eq!(
+        d[0].position.line,
+        line_of(
+            &standby_edit(
+                "host: catalogue.example-static.net",
+                "host: \"not a host/\""
+            ),
+            "not a host"
+        )
+    );
+    let d = invalid(&standby_edit(
+        "host: catalogue.example-static.net",
+        "host: example.map.fastly.net",
+    ));
+    assert!(d[0].message.contains("fastly's edge"), "{d:?}");
+}
+
+#[test]
+fn a_drill_names_a_known_provider_region_and_a_sensible_share_and_hold() {
+    let bad = standby_edit(
+        "      to: cloudflare\n      share: 100%\n      hold: 1h",
+        "      to: akamia\n      share: 0%\n      hold: 0s\n      cohorts: [europe, mars]",
+    );
+    let d = invalid(&bad);
+    let paths: Vec<&str> = d.iter().map(|d| d.path.as_str()).collect();
+    for want in [
+        "steering.drills[0].to",
+        "steering.drills[0].share",
+        "steering.drills[0].hold",
+        "steering.drills[0].cohorts[1]",
+    ] {
+        assert!(paths.contains(&want), "{want} missing from {paths:?}");
+    }
+    let to = d
+        .iter()
+        .find(|d| d.path == "steering.drills[0].to")
+        .unwrap();
+    assert_eq!(to.position.line, line_of(&bad, "to: akamia"));
+    assert!(to.message.contains("akamia"), "{}", to.message);
+    let twice = standby_edit(
+        "  drills:\n",
+        "  drills:\n    - { name: q1-standby, at: 2027-02-01T10:00:00Z, to: cloudflare, hold: 10m }\n",
+    );
+    let d = invalid(&twice);
+    assert!(
+        d.iter()
+            .any(|d| d.path.ends_with(".name") && d.message.contains("twice")),
+        "{d:?}"
+    );
+}

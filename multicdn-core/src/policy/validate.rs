@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use regex::Regex;
 
-use super::{Dur, Policy, Share};
+use super::{Dur, Fallback, Policy, Share};
+use crate::id::CohortId;
 use crate::id::ProviderId;
 use crate::network::NetworkKey;
 use crate::traits::ProviderKind;
@@ -414,6 +415,16 @@ fn weights_map(
         ));
     }
     unknown_providers(policy, at, weights.keys(), out);
+    for (id, share) in weights {
+        if share.bp() > 0 && policy.is_standby(id) {
+            out.push((
+                format!("{at}.{id}"),
+                format!(
+                    "{id} is a standby (providers.{id}.standby: true) and carries no traffic: give it 0% here, or drill it (steering.drills), or make it live"
+                ),
+            ));
+        }
+    }
 }
 
 fn unknown_providers<'a>(
@@ -514,10 +525,26 @@ fn steering(policy: &Policy, out: &mut Problems) {
         floors.commits.keys(),
         out,
     );
-    let n = policy.providers.len() as u64;
-    let needed: u64 = policy
+    for id in floors.commits.keys().filter(|p| policy.is_standby(p)) {
+        out.push((
+            format!("steering.floors.commits.{id}"),
+            format!("{id} is a standby and carries no traffic: a commit cannot apply to it"),
+        ));
+    }
+    let live: Vec<&ProviderId> = policy
         .providers
         .keys()
+        .filter(|p| !policy.is_standby(p))
+        .collect();
+    if live.is_empty() && !policy.providers.is_empty() {
+        out.push((
+            "providers".into(),
+            "every provider is a standby: at least one must be live (standby: false) to carry the traffic".into(),
+        ));
+    }
+    let n = live.len() as u64;
+    let needed: u64 = live
+        .iter()
         .map(|p| u64::from(floors.for_provider(p).bp()))
         .sum();
     if needed > u64::from(TOTAL_BP) {
@@ -652,6 +679,116 @@ fn steering(policy: &Policy, out: &mut Problems) {
             out.push((
                 format!("{at}.reason"),
                 "say why the network is pinned; the journal records it".into(),
+            ));
+        }
+    }
+    fallback(policy, out);
+    drills(policy, &names, out);
+}
+
+/// The static fallback: a hostname of its own, under a reserved id.
+fn fallback(policy: &Policy, out: &mut Problems) {
+    let Some(f) = &policy.steering.fallback else {
+        return;
+    };
+    if !is_hostname(&f.host) {
+        out.push((
+            "steering.fallback.host".into(),
+            format!(
+                "{:?} is not a hostname: name the host serving the static catalogue, like catalogue.example-static.net",
+                f.host
+            ),
+        ));
+    }
+    let host = f.host.trim_end_matches('.');
+    for (id, spec) in &policy.providers {
+        if spec
+            .edge_host
+            .trim_end_matches('.')
+            .eq_ignore_ascii_case(host)
+        {
+            out.push((
+                "steering.fallback.host".into(),
+                format!(
+                    "{host} is provider {id}'s edge: the fallback must be hosted independently of every CDN"
+                ),
+            ));
+        }
+    }
+    if policy.providers.keys().any(|p| p.as_str() == Fallback::ID) {
+        out.push((
+            format!("providers.{}", Fallback::ID),
+            format!(
+                "`{}` names the static fallback in plans when steering.fallback is set: rename this provider",
+                Fallback::ID
+            ),
+        ));
+    }
+}
+
+/// Drills: a known provider to shift to, a share and a hold that make sense, known cohorts.
+fn drills(policy: &Policy, cohorts: &[CohortId], out: &mut Problems) {
+    let mut names: Vec<&CohortId> = Vec::new();
+    for (i, d) in policy.steering.drills.iter().enumerate() {
+        let at = format!("steering.drills[{i}]");
+        if names.contains(&&d.name) {
+            out.push((
+                format!("{at}.name"),
+                format!("drill name {} is used twice", d.name),
+            ));
+        }
+        names.push(&d.name);
+        if !policy.providers.contains_key(&d.to) {
+            out.push((
+                format!("{at}.to"),
+                format!(
+                    "provider {} is not defined under `providers` (defined: {})",
+                    d.to,
+                    known_list(policy)
+                ),
+            ));
+        }
+        if d.share.bp() == 0 || d.share.bp() > TOTAL_BP {
+            out.push((
+                format!("{at}.share"),
+                format!("{} must be above 0% and at most 100%", d.share),
+            ));
+        }
+        if d.hold.get().is_zero() {
+            out.push((format!("{at}.hold"), "must be above zero, like 1h".into()));
+        }
+        at_most(
+            out,
+            format!("{at}.hold"),
+            d.hold,
+            MAX_PERIOD_SECS,
+            "the controller takes (30 days)",
+        );
+        for (j, c) in d.cohorts.iter().enumerate() {
+            if !cohorts.contains(c) {
+                out.push((
+                    format!("{at}.cohorts[{j}]"),
+                    format!(
+                        "{c} is not one of the regions (steering.regions names: {})",
+                        cohorts
+                            .iter()
+                            .map(CohortId::as_str)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
+        if d.abort.p90_rise.get().is_zero() {
+            out.push((
+                format!("{at}.abort.p90_rise"),
+                "must be above zero, like 150ms".into(),
+            ));
+        }
+        if d.abort.error_rise.bp() > TOTAL_BP {
+            out.push((
+                format!("{at}.abort.error_rise"),
+                "must be 0% to 100%".into(),
             ));
         }
     }
