@@ -54,6 +54,12 @@ pub enum Rule {
     StaticMode,
     /// Not a move: the cohort settled after its last move and was measured again.
     Remeasured,
+    /// Every provider is down and the policy has a static fallback: DNS answers with it.
+    Fallback,
+    /// A provider is healthy again: the static fallback is left for the providers.
+    FallbackLeft,
+    /// An announced drill: a step of the shift to its target, or of the return.
+    Drill,
 }
 
 /// A guardrail that held a move back.

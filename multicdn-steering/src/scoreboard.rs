@@ -1129,6 +1129,23 @@ impl Snapshot {
         self.view_of(label, Some(&agg), metric)
     }
 
+    /// One cell merged from every client network `include` accepts, over every provider: what
+    /// the users of a region saw, whoever served them (a drill's before and after).
+    pub fn merged_all_where(
+        &self,
+        metric: Metric,
+        label: NetworkKey,
+        include: impl Fn(&ClientNetwork) -> bool,
+    ) -> CellView {
+        let mut agg = Agg::default();
+        for (key, a) in &self.base {
+            if key.metric == metric && include(&ClientNetwork::new(key.asn, key.country)) {
+                agg.merge(a);
+            }
+        }
+        self.view_of(label, Some(&agg), metric)
+    }
+
     /// The finest cut of `chain` (finest first) where every provider's cell is steerable.
     pub fn cut_for(
         &self,

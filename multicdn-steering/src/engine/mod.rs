@@ -48,6 +48,7 @@
 //! ([`cohorts::cohort_inputs`] builds every input from a scoreboard snapshot).
 
 pub mod cohorts;
+pub mod drill;
 pub mod state;
 
 use std::borrow::Cow;
@@ -55,13 +56,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
-use multicdn_core::policy::{Pin, SteeringPolicy};
+use multicdn_core::policy::{DrillSpec, Fallback, Pin, SteeringPolicy};
 use multicdn_core::{
     CohortId, CohortPlan, HealthState, NetworkKey, Networks, Policy, ProviderId, SteeringPlan,
     TOTAL_BP, Timestamp, Weights, weights::largest_remainder,
 };
 use serde::{Deserialize, Serialize};
 
+pub use drill::{DrillProgress, Phase};
 pub use state::{CohortMemory, EngineState, IdHasher, LastMove};
 
 use crate::journal::{Evidence, Guardrail, JournalEntry, Rule};
@@ -208,12 +210,24 @@ struct Ctx<'a> {
     providers: Vec<ProviderId>,
     down: Vec<(ProviderId, Timestamp)>,
     floors: Vec<(ProviderId, u32)>,
+    /// Configured standbys: no floor, no RUM moves towards them, failed over to only when
+    /// every live provider is down.
+    standby: Vec<ProviderId>,
+    /// The policy's drills that are running this round, with their phase.
+    drills: Vec<(&'a DrillSpec, Phase)>,
+    /// Every drill's progress after this round.
+    drill_progress: BTreeMap<CohortId, DrillProgress>,
 }
 
 impl Ctx<'_> {
     #[inline]
     fn is_down(&self, p: &ProviderId) -> bool {
         self.down.iter().any(|(d, _)| same(d, p))
+    }
+
+    #[inline]
+    fn is_standby(&self, p: &ProviderId) -> bool {
+        self.standby.iter().any(|s| same(s, p))
     }
 
     #[inline]
@@ -282,13 +296,91 @@ pub fn decide(now: Timestamp, inputs: &Inputs<'_>) -> Decision {
             Some(_) => None,
         }
     };
+    let mut drill_progress = inputs.state.drills.clone();
     if let Some((mode, rule, note)) = mode {
-        return fallback(now, inputs, static_plan, mode, rule, note);
+        // Static weights (or the fallback) end any drill in progress.
+        for spec in &steering.drills {
+            if let Some(p) = drill_progress.get_mut(&spec.name)
+                && p.ended.is_none()
+            {
+                if p.aborted.is_none() {
+                    p.aborted = Some(drill::Abort {
+                        at: now,
+                        region: None,
+                        reason: note.clone(),
+                    });
+                }
+                p.ended = Some(now);
+            }
+        }
+        let (plan, rule, note) = match (mode, policy.fallback_plan()) {
+            (Mode::AllDown, Some(plan)) => (
+                plan,
+                Rule::Fallback,
+                format!(
+                    "every provider is down: answering with the static fallback {}",
+                    steering.fallback.as_ref().map_or("", |f| f.host.as_str())
+                ),
+            ),
+            _ => (static_plan, rule, note),
+        };
+        let mut d = fallback(now, inputs, plan, mode, rule, note);
+        d.state.drills = drill_progress;
+        return d;
     }
     let floors = providers
         .iter()
-        .map(|p| (p.clone(), steering.floors.for_provider(p).bp()))
+        .map(|p| (p.clone(), policy.floor_of(p).bp()))
         .collect();
+    let standby = providers
+        .iter()
+        .filter(|p| policy.is_standby(p))
+        .cloned()
+        .collect();
+    // Drills: where each stands; one whose target is down is aborted here.
+    let mut drills = Vec::new();
+    for spec in &steering.drills {
+        let progress = drill_progress.get(&spec.name);
+        let mut ph = drill::phase(
+            spec,
+            &steering.failover,
+            progress.and_then(|p| p.aborted.as_ref()),
+            now,
+        );
+        if progress.is_some_and(|p| p.ended.is_some()) {
+            continue;
+        }
+        if ph.is_running() && down.iter().any(|(d, _)| same(d, &spec.to)) {
+            let p = drill_progress.entry(spec.name.clone()).or_default();
+            if p.aborted.is_none() {
+                p.aborted = Some(drill::Abort {
+                    at: now,
+                    region: None,
+                    reason: format!("{} is down", spec.to),
+                });
+            }
+            // The failover moves the target's traffic away; the drill returns at once.
+            ph = Phase::Over;
+        }
+        match ph {
+            Phase::Pending => {}
+            Phase::Over => {
+                if let Some(p) = drill_progress.get_mut(&spec.name)
+                    && p.ended.is_none()
+                {
+                    p.ended = Some(now);
+                }
+            }
+            _ => {
+                let p = drill_progress.entry(spec.name.clone()).or_default();
+                p.started.get_or_insert(now);
+                if ph == Phase::Holding {
+                    p.full.get_or_insert(now);
+                }
+                drills.push((spec, ph));
+            }
+        }
+    }
     let ctx = Ctx {
         now,
         rum: &steering.rum,
@@ -296,7 +388,68 @@ pub fn decide(now: Timestamp, inputs: &Inputs<'_>) -> Decision {
         providers,
         down,
         floors,
+        standby,
+        drills,
+        drill_progress,
     };
+    // Leaving the static fallback: a provider is healthy again. The providers' static weights
+    // are the start, and the failover takes every provider still down out of them at once
+    // (they have been down all along).
+    let fallback_id = Fallback::id();
+    let on_fallback = inputs
+        .current
+        .cohorts
+        .iter()
+        .any(|c| c.weights.get(&fallback_id) > 0);
+    if on_fallback {
+        let up: Vec<&ProviderId> = ctx.providers.iter().filter(|p| !ctx.is_down(p)).collect();
+        let note = format!(
+            "{} healthy again: the static fallback is left for the providers' static weights",
+            up.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+        );
+        let mut left = Vec::new();
+        for c in &inputs.current.cohorts {
+            let target = static_plan
+                .cohort(&c.cohort)
+                .map(|t| t.weights.clone())
+                .or_else(|| {
+                    inputs
+                        .state
+                        .parent(&c.cohort)
+                        .and_then(|p| static_plan.cohort(p))
+                        .map(|t| t.weights.clone())
+                });
+            if let Some(t) = target
+                && t != c.weights
+            {
+                left.push(JournalEntry {
+                    at: now,
+                    cohort: c.cohort.clone(),
+                    networks: c.networks.clone(),
+                    before: c.weights.clone(),
+                    after: t,
+                    rule: Rule::FallbackLeft,
+                    evidence: Evidence {
+                        note: note.clone(),
+                        ..Evidence::default()
+                    },
+                });
+            }
+        }
+        let fresh = EngineState {
+            drills: inputs.state.drills.clone(),
+            ..EngineState::default()
+        };
+        let restarted = Inputs {
+            current: &static_plan,
+            state: &fresh,
+            ..*inputs
+        };
+        let mut d = steer(&ctx, &restarted, &static_plan);
+        left.append(&mut d.journal);
+        d.journal = left;
+        return d;
+    }
     steer(&ctx, inputs, &static_plan)
 }
 
@@ -346,6 +499,7 @@ fn fallback(
         // A fallback ends any failover bookkeeping: the static weights are the new start.
         m.before_failover = None;
         m.recovering_to = None;
+        m.before_drill = None;
     }
     state.prune(now);
     Decision {
@@ -456,6 +610,7 @@ static IDLE: CohortMemory = CohortMemory {
     recent_recovery: Vec::new(),
     before_failover: None,
     recovering_to: None,
+    before_drill: None,
 };
 
 /// The same cohort: the same shared string (ids cloned from one another), or equal text.
@@ -728,6 +883,11 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         // moves, the plan) never go back to the weights in force.
         if let Cow::Borrowed(w) = item.w {
             item.w = Cow::Owned(w.clone());
+        }
+        // An announced drill, or the return from one: no other optimizing rule, no floors.
+        if drill_step(ctx, old, item, &mut journal) {
+            item.unfloored = false;
+            continue;
         }
         // Floors are checked here, while the weights are at hand; a move is checked again
         // after it is made.
@@ -1090,6 +1250,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             recent,
             recent_recovery,
             parents,
+            drills: ctx.drill_progress.clone(),
         },
         mode: Mode::Steering,
         held,
@@ -1171,10 +1332,115 @@ fn health(ctx: &Ctx<'_>, item: &mut Work<'_>, journal: &mut Vec<JournalEntry>) {
     }
 }
 
+/// A drill's step for one cohort: its weights when the drill began with the drill's level of
+/// every other provider's share moved to the target, or, once the drill is over, those weights
+/// again. True when a drill holds the cohort this round.
+fn drill_step(
+    ctx: &Ctx<'_>,
+    old: &EngineState,
+    item: &mut Work<'_>,
+    journal: &mut Vec<JournalEntry>,
+) -> bool {
+    let active = ctx
+        .drills
+        .iter()
+        .find(|(spec, _)| drill::covers(spec, item.id, item.parent));
+    let Some((spec, phase)) = active else {
+        let Some((name, base)) = item.mem().before_drill.clone() else {
+            return false;
+        };
+        item.mem_mut().before_drill = None;
+        let target = floored(ctx, &respect_down(ctx, &base, &item.w));
+        drill_move(ctx, item, target, journal, || {
+            format!("drill {name} over: back to {base}")
+        });
+        return true;
+    };
+    let base = match &item.mem().before_drill {
+        Some((name, w)) if name == &spec.name => w.clone(),
+        _ => {
+            // A network carved out of its region while the drill runs inherited the drilled
+            // weights: its own weights before the drill are its region's.
+            let parents = item
+                .parent
+                .and_then(|p| old.cohorts.get(p))
+                .and_then(|m| m.before_drill.as_ref())
+                .filter(|(name, _)| name == &spec.name);
+            let w = parents.map_or_else(|| item.w.as_ref().clone(), |(_, w)| w.clone());
+            item.mem_mut().before_drill = Some((spec.name.clone(), w.clone()));
+            w
+        }
+    };
+    let fraction = u64::from(spec.share.bp()) * u64::from(phase.level()) / u64::from(TOTAL_BP);
+    let mut target = base.clone();
+    for (p, bp) in base.iter() {
+        if !same(p, &spec.to) {
+            let moved = (u64::from(bp) * fraction / u64::from(TOTAL_BP)) as u32;
+            target = target.shift(p, &spec.to, moved).0;
+        }
+    }
+    let target = respect_down(ctx, &target, &item.w);
+    let what = match phase {
+        Phase::Returning { .. }
+            if ctx
+                .drill_progress
+                .get(&spec.name)
+                .is_some_and(|p| p.aborted.is_some()) =>
+        {
+            "aborted, returning"
+        }
+        Phase::Returning { .. } => "returning",
+        Phase::Holding => "holding",
+        _ => "shifting",
+    };
+    let on_target = f64::from(target.get(&spec.to)) / 100.0;
+    drill_move(ctx, item, target, journal, || {
+        format!(
+            "drill {} {what}: {on_target:.1}% of traffic on {} (from {base})",
+            spec.name, spec.to
+        )
+    });
+    true
+}
+
+/// Puts a cohort on a drill's `target` weights, journaled as the drill's, when they differ.
+fn drill_move(
+    ctx: &Ctx<'_>,
+    item: &mut Work<'_>,
+    target: Weights,
+    journal: &mut Vec<JournalEntry>,
+    note: impl FnOnce() -> String,
+) {
+    if target == *item.w {
+        return;
+    }
+    journal.push(JournalEntry {
+        at: ctx.now,
+        cohort: item.id.clone(),
+        networks: item.networks.clone(),
+        before: item.w.as_ref().clone(),
+        after: target.clone(),
+        rule: Rule::Drill,
+        evidence: Evidence {
+            note: note(),
+            ..evidence_of(item.input)
+        },
+    });
+    item.w = Cow::Owned(target);
+}
+
 /// Moves `amount` from `from` to the healthy providers, in proportion to their weights (evenly
 /// when they have none).
 fn spread(ctx: &Ctx<'_>, w: &Weights, from: &ProviderId, amount: u32) -> Weights {
-    let healthy: Vec<&ProviderId> = ctx.providers.iter().filter(|p| !ctx.is_down(p)).collect();
+    let mut healthy: Vec<&ProviderId> = ctx
+        .providers
+        .iter()
+        .filter(|p| !ctx.is_down(p) && !ctx.is_standby(p))
+        .collect();
+    if healthy.is_empty() {
+        // Every live provider is down: the configured standby takes the traffic.
+        healthy = ctx.providers.iter().filter(|p| !ctx.is_down(p)).collect();
+    }
     if healthy.is_empty() {
         return w.clone();
     }
@@ -1357,6 +1623,7 @@ fn scored<'i>(
         }
         if e.samples >= rum.min_samples
             && !ctx.is_down(&e.provider)
+            && !ctx.is_standby(&e.provider)
             && let Some(s) = e.score.filter(|s| s.is_finite() && *s >= 0.0)
             && ctx.providers.iter().any(|p| same(p, &e.provider))
         {

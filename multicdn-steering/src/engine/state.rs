@@ -1,12 +1,14 @@
 //! The engine's memory between rounds: explicit state, passed in and returned, so `decide`
 //! stays a pure function.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
 use multicdn_core::{CohortId, ProviderId, Timestamp, Weights};
 use serde::{Deserialize, Serialize};
+
+use super::drill::{Abort, DrillProgress};
 
 /// The hour the movement caps look back over.
 pub const HOUR: Duration = Duration::from_secs(3600);
@@ -87,6 +89,10 @@ pub struct CohortMemory {
     /// Where recovery returns the cohort once every provider is up again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovering_to: Option<Weights>,
+    /// The weights the cohort had when a drill began (its steps are shares of them), and the
+    /// drill's name: where it returns when the drill is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_drill: Option<(CohortId, Weights)>,
 }
 
 impl CohortMemory {
@@ -121,6 +127,7 @@ impl CohortMemory {
             && self.recent_recovery.is_empty()
             && self.before_failover.is_none()
             && self.recovering_to.is_none()
+            && self.before_drill.is_none()
     }
 }
 
@@ -143,6 +150,8 @@ pub struct EngineState {
     /// The region each carved-out cohort falls back to, in plan order (the order the next
     /// round reads them in).
     pub(crate) parents: Vec<(CohortId, CohortId)>,
+    /// Every drill of the policy that has begun: its progress and report, by name.
+    pub drills: BTreeMap<CohortId, DrillProgress>,
 }
 
 impl EngineState {
@@ -167,6 +176,29 @@ impl EngineState {
             .iter()
             .find(|(c, _)| c == cohort)
             .map(|(_, p)| p)
+    }
+
+    /// Aborts the running drill `name` at `at`: its return begins, stepwise, from the level
+    /// it reached. `region` names the region whose figures regressed, if any. False when no
+    /// such drill is running or it was already aborted.
+    pub fn abort_drill(
+        &mut self,
+        name: &CohortId,
+        at: Timestamp,
+        region: Option<CohortId>,
+        reason: impl Into<String>,
+    ) -> bool {
+        match self.drills.get_mut(name) {
+            Some(p) if p.aborted.is_none() && p.ended.is_none() => {
+                p.aborted = Some(Abort {
+                    at,
+                    region,
+                    reason: reason.into(),
+                });
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Every carved-out cohort and its region.
@@ -251,6 +283,8 @@ struct StateFile {
     recent: VecDeque<(Timestamp, f64)>,
     #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
     recent_recovery: VecDeque<(Timestamp, f64)>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    drills: BTreeMap<CohortId, DrillProgress>,
 }
 
 impl From<EngineState> for StateFile {
@@ -281,6 +315,7 @@ impl From<EngineState> for StateFile {
             cohorts,
             recent: state.recent,
             recent_recovery: state.recent_recovery,
+            drills: state.drills,
         }
     }
 }
@@ -290,6 +325,7 @@ impl From<StateFile> for EngineState {
         let mut state = EngineState {
             recent: file.recent,
             recent_recovery: file.recent_recovery,
+            drills: file.drills,
             ..EngineState::default()
         };
         for (id, m) in file.cohorts {

@@ -790,8 +790,15 @@ fn ctx_of<'a>(
             .collect(),
         floors: providers
             .iter()
-            .map(|p| (p.clone(), pol.steering.floors.for_provider(p).bp()))
+            .map(|p| (p.clone(), pol.floor_of(p).bp()))
             .collect(),
+        standby: providers
+            .iter()
+            .filter(|p| pol.is_standby(p))
+            .cloned()
+            .collect(),
+        drills: Vec::new(),
+        drill_progress: BTreeMap::new(),
         providers,
     }
 }
@@ -853,4 +860,255 @@ proptest! {
             state = dec.state;
         }
     }
+}
+
+// ---- Configured standby, static fallback, drills (seed 000 sections 18-21) ----
+
+/// The test policy with cloudflare as the configured standby: every region on fastly.
+fn standby_with(extra: &str) -> Policy {
+    let src = BASE
+        .replace("zone_id: zone}", "zone_id: zone, standby: true}")
+        .replace(
+            "{fastly: 90%, cloudflare: 10%}",
+            "{fastly: 100%, cloudflare: 0%}",
+        )
+        .replace(
+            "{fastly: 50%, cloudflare: 50%}",
+            "{fastly: 100%, cloudflare: 0%}",
+        );
+    Policy::from_yaml(&format!("{src}{extra}"), "standby.yaml").unwrap()
+}
+
+#[test]
+fn a_standby_carries_nothing_and_rum_never_moves_traffic_to_it() {
+    let mut sim = Sim::new(standby_with(""));
+    assert_eq!(sim.weights("default"), fc(10_000));
+    // The standby measures three times faster, for hours: nothing moves, and no floor is
+    // enforced for it.
+    for i in 0..10 {
+        let d = sim.round(t(i * 900), &[input("default", "*", 1.0, 300.0, 100.0)]);
+        assert!(d.journal.iter().all(|e| !e.is_move()), "{:?}", d.journal);
+    }
+    assert_eq!(sim.weights("default"), fc(10_000));
+    assert_eq!(sim.weights("europe"), fc(10_000));
+}
+
+#[test]
+fn the_standby_takes_traffic_in_failover_steps_and_gives_it_back() {
+    let mut sim = Sim::new(standby_with(""));
+    sim.health.insert(p("fastly"), ProviderHealth::down(t(0)));
+    let d = sim.round(t(0), &[]);
+    assert_eq!(
+        sim.weights("default"),
+        fc(5_000),
+        "first step to the standby"
+    );
+    assert!(d.journal.iter().all(|e| e.rule == Rule::Failover));
+    sim.round(t(90), &[]);
+    assert_eq!(sim.weights("default"), fc(0), "all on the standby");
+    assert_eq!(sim.weights("europe"), fc(0));
+    // Fastly recovers: the traffic returns to it, and none is left on the standby.
+    // The return is damped like any recovery (the primary's caches are cold) and spends the
+    // hourly budget, so it takes hours; it never goes back towards the standby.
+    sim.health.insert(p("fastly"), ProviderHealth::up(t(600)));
+    let mut last = 0;
+    for i in 0..240 {
+        sim.round(t(600 + i * 90), &[]);
+        let now = sim.weights("default").get(&p("fastly"));
+        assert!(now >= last, "round {i}: {now} after {last}");
+        last = now;
+    }
+    assert_eq!(sim.weights("default"), fc(10_000));
+    assert_eq!(sim.weights("europe"), fc(10_000));
+}
+
+#[test]
+fn every_provider_down_answers_with_the_static_fallback_and_leaves_it_when_one_recovers() {
+    let pol = policy_with("  fallback: {host: catalogue.example-static.net}\n");
+    let mut sim = Sim::new(pol);
+    sim.health.insert(p("fastly"), ProviderHealth::down(t(0)));
+    sim.health
+        .insert(p("cloudflare"), ProviderHealth::down(t(0)));
+    let d = sim.round(t(0), &[]);
+    assert_eq!(d.mode, Mode::AllDown);
+    for cohort in ["europe", "default"] {
+        let w = sim.weights(cohort);
+        assert_eq!(w.get(&Fallback::id()), TOTAL_BP, "{cohort}: {w}");
+    }
+    assert!(
+        d.journal.iter().any(|e| e.rule == Rule::Fallback
+            && e.evidence.note.contains("catalogue.example-static.net"))
+    );
+    // Still all down: the fallback holds, no new entries claim a move.
+    sim.round(t(90), &[]);
+    assert_eq!(sim.weights("default").get(&Fallback::id()), TOTAL_BP);
+    // Cloudflare is back, fastly still down: straight to cloudflare, never an empty or
+    // fallback answer while a provider is healthy.
+    sim.health
+        .insert(p("cloudflare"), ProviderHealth::up(t(180)));
+    let d = sim.round(t(180), &[]);
+    assert_eq!(d.mode, Mode::Steering);
+    assert_eq!(sim.weights("europe"), fc(0), "{}", sim.weights("europe"));
+    assert_eq!(sim.weights("default"), fc(0));
+    assert!(
+        d.journal.iter().any(|e| e.rule == Rule::FallbackLeft
+            && e.evidence.note.contains("cloudflare healthy again"))
+    );
+    assert!(
+        sim.plan
+            .cohorts
+            .iter()
+            .all(|c| c.weights.get(&Fallback::id()) == 0)
+    );
+}
+
+#[test]
+fn without_a_fallback_every_provider_down_serves_the_static_weights() {
+    let mut sim = Sim::new(policy());
+    sim.health.insert(p("fastly"), ProviderHealth::down(t(0)));
+    sim.health
+        .insert(p("cloudflare"), ProviderHealth::down(t(0)));
+    sim.round(t(0), &[]);
+    assert_eq!(sim.weights("europe"), fc(9_000));
+}
+
+fn drill(extra: &str) -> Policy {
+    // t(100) is 2027-01-15T08:01:40Z.
+    standby_with(&format!(
+        "  drills:\n    - name: q1-standby\n      at: 2027-01-15T08:01:40Z\n      to: cloudflare\n      hold: 30m\n{extra}"
+    ))
+}
+
+#[test]
+fn a_drill_shifts_in_steps_holds_returns_and_is_never_oscillation() {
+    let mut sim = Sim::new(drill(""));
+    let faster_fastly = [input("default", "*", 1.0, 100.0, 300.0)];
+    sim.round(t(0), &faster_fastly);
+    assert_eq!(sim.weights("default"), fc(10_000), "pending");
+    sim.round(t(100), &faster_fastly);
+    assert_eq!(sim.weights("default"), fc(5_000), "first step");
+    sim.round(t(190), &faster_fastly);
+    assert_eq!(sim.weights("default"), fc(0), "whole share on the standby");
+    assert_eq!(sim.weights("europe"), fc(0));
+    // Held for 30 minutes although fastly measures three times faster, and no floor.
+    for i in 0..19 {
+        sim.round(t(190 + i * 90), &faster_fastly);
+        assert_eq!(sim.weights("default"), fc(0), "holding at round {i}");
+    }
+    let progress = sim.state.drills.get(&c("q1-standby")).unwrap().clone();
+    assert_eq!(progress.time_to_shift(), Some(Duration::from_secs(90)));
+    assert!(progress.ended.is_none());
+    // The return: 90 s ramp + 30 min hold after t(100).
+    sim.round(t(100 + 90 + 1800), &faster_fastly);
+    assert_eq!(sim.weights("default"), fc(5_000), "first step back");
+    sim.round(t(100 + 180 + 1800), &faster_fastly);
+    assert_eq!(sim.weights("default"), fc(10_000), "back");
+    sim.round(t(100 + 270 + 1800), &faster_fastly);
+    assert_eq!(sim.weights("default"), fc(10_000));
+    let progress = sim.state.drills.get(&c("q1-standby")).unwrap();
+    assert!(progress.ended.is_some() && progress.aborted.is_none());
+    let drills: Vec<_> = sim
+        .journal
+        .iter()
+        .filter(|e| e.rule == Rule::Drill)
+        .collect();
+    assert_eq!(
+        drills.len(),
+        8,
+        "two cohorts, two steps each way: {drills:#?}"
+    );
+    assert!(
+        drills[0]
+            .evidence
+            .note
+            .contains("drill q1-standby shifting"),
+        "{}",
+        drills[0].evidence.note
+    );
+    let mut journal = crate::journal::Journal::new();
+    journal.extend(sim.journal.clone());
+    let health = journal.loop_health(t(0), t(4000), Duration::from_secs(7200), 2);
+    assert!(health.oscillating.is_empty(), "{:?}", health.oscillating);
+    assert_eq!(health.by_rule.get(&Rule::Drill), Some(&8));
+}
+
+#[test]
+fn an_aborted_drill_returns_at_once_from_the_level_reached() {
+    let mut sim = Sim::new(drill(""));
+    sim.round(t(100), &[]);
+    sim.round(t(190), &[]);
+    assert_eq!(sim.weights("default"), fc(0));
+    assert!(sim.state.abort_drill(
+        &c("q1-standby"),
+        t(300),
+        Some(c("europe")),
+        "europe: p90 up 400 ms"
+    ));
+    let d = sim.round(t(300), &[]);
+    assert_eq!(sim.weights("default"), fc(5_000), "one step back at once");
+    assert!(
+        d.journal
+            .iter()
+            .any(|e| e.evidence.note.contains("aborted, returning"))
+    );
+    sim.round(t(390), &[]);
+    assert_eq!(sim.weights("default"), fc(10_000));
+    let progress = sim.state.drills.get(&c("q1-standby")).unwrap();
+    assert_eq!(progress.aborted.as_ref().unwrap().region, Some(c("europe")));
+    assert!(progress.ended.is_some());
+    // Long after, nothing moves again.
+    let d = sim.round(t(5000), &[]);
+    assert!(d.journal.iter().all(|e| !e.is_move()), "{:?}", d.journal);
+}
+
+#[test]
+fn a_drill_whose_target_goes_down_ends_and_the_failover_takes_over() {
+    let mut sim = Sim::new(drill(""));
+    sim.round(t(100), &[]);
+    sim.round(t(190), &[]);
+    sim.health
+        .insert(p("cloudflare"), ProviderHealth::down(t(250)));
+    sim.round(t(250), &[]);
+    let progress = sim.state.drills.get(&c("q1-standby")).unwrap();
+    assert!(
+        progress
+            .aborted
+            .as_ref()
+            .unwrap()
+            .reason
+            .contains("cloudflare is down")
+    );
+    // Back on fastly within the failover's steps, and it stays there.
+    sim.round(t(340), &[]);
+    sim.round(t(430), &[]);
+    assert_eq!(sim.weights("default"), fc(10_000));
+}
+
+#[test]
+fn a_partial_drill_of_one_region_leaves_the_others_alone() {
+    let mut sim = Sim::new(drill("      share: 50%\n      cohorts: [europe]\n"));
+    sim.round(t(100), &[]);
+    sim.round(t(190), &[]);
+    assert_eq!(sim.weights("europe"), fc(5_000));
+    assert_eq!(sim.weights("default"), fc(10_000));
+}
+
+#[test]
+fn the_big_red_switch_ends_a_running_drill() {
+    let mut pol = drill("");
+    pol.steering.guardrails.static_mode = true;
+    let mut sim = Sim::new(drill(""));
+    sim.round(t(100), &[]);
+    sim.policy = pol;
+    let d = sim.round(t(190), &[]);
+    assert_eq!(d.mode, Mode::Static);
+    assert_eq!(sim.weights("default"), fc(10_000));
+    assert!(
+        sim.state
+            .drills
+            .get(&c("q1-standby"))
+            .unwrap()
+            .ended
+            .is_some()
+    );
 }
