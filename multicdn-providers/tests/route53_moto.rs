@@ -52,11 +52,13 @@ fn p(s: &str) -> ProviderId {
 
 /// The example policy on a zone and edges of its own.
 fn policy(tag: &str) -> Policy {
-    let mut policy = Policy::load(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../examples/policy.yaml"
-    ))
-    .unwrap();
+    example_on_own_zone("policy.yaml", tag)
+}
+
+/// `examples/<file>` on a zone and edges of its own.
+fn example_on_own_zone(file: &str, tag: &str) -> Policy {
+    let mut policy =
+        Policy::load(format!("{}/../examples/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let zone = format!("{tag}.example.com");
     policy.steering.record = format!("www.{zone}");
     policy.steering.zone = zone;
@@ -395,4 +397,45 @@ async fn an_old_cname_chain_deployment_is_migrated_to_health_evaluating_aliases(
     assert!(steerer.dry_run(&plan).await.unwrap().is_empty());
     let state = steerer.current().await.unwrap();
     assert!(multicdn_core::SteeringDiff::between(&state, &plan).is_empty());
+}
+
+/// When every CDN is down the answer is the static fallback's host, never an empty answer,
+/// and the next plan puts the providers back.
+#[tokio::test]
+async fn the_static_fallback_is_answered_and_left_again() {
+    let Some(endpoint) = endpoint() else {
+        return;
+    };
+    let tag = unique("fallback");
+    let policy = example_on_own_zone("policy-standby.yaml", &tag);
+    let client = client(&endpoint);
+    let zone_id = client
+        .create_hosted_zone(&policy.steering.zone, &format!("ref-{tag}"))
+        .await
+        .unwrap();
+    let steerer = Route53Steerer::from_policy(client, &zone_id, &policy);
+    let opts = ApplyOptions::default().wait_for_sync(true).force(true);
+    // Fastly failed over to the standby, then the standby failed too.
+    let mut on_standby = policy.static_plan();
+    for c in &mut on_standby.cohorts {
+        c.weights = Weights::new([(p("fastly"), 0), (p("cloudflare"), 10_000)]).unwrap();
+    }
+    steerer.apply(&on_standby, &opts).await.unwrap();
+    let fallback = policy.fallback_plan().unwrap();
+    steerer.apply(&fallback, &opts).await.unwrap();
+    let state = steerer.current().await.unwrap();
+    for c in &fallback.cohorts {
+        let got = state.cohort(&c.cohort).unwrap();
+        assert_eq!(got.weights, c.weights, "{}", c.cohort);
+        assert_eq!(
+            got.weights.get(&multicdn_core::policy::Fallback::id()),
+            10_000
+        );
+    }
+    // Fastly is back: its static weights replace the fallback.
+    steerer.apply(&policy.static_plan(), &opts).await.unwrap();
+    let state = steerer.current().await.unwrap();
+    for c in &policy.static_plan().cohorts {
+        assert_eq!(state.cohort(&c.cohort).unwrap().weights, c.weights);
+    }
 }

@@ -83,14 +83,11 @@ impl Ns1Steerer {
         }
     }
 
-    /// Steers the policy's record in its zone, to its providers' edge hosts, refusing plans
-    /// over its `guardrails.max_touched_per_apply`.
+    /// Steers the policy's record in its zone, to its providers' edge hosts (and the static
+    /// fallback's host, when the policy has one), refusing plans over its
+    /// `guardrails.max_touched_per_apply`.
     pub fn from_policy(client: Ns1Client, policy: &Policy) -> Ns1Steerer {
-        let edges = policy
-            .providers
-            .iter()
-            .map(|(id, spec)| (id.clone(), spec.edge_host.clone()))
-            .collect();
+        let edges = policy.answer_targets();
         Ns1Steerer::new(
             client,
             &policy.steering.zone,

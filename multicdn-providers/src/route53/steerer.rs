@@ -57,13 +57,10 @@ impl Route53Steerer {
     }
 
     /// Steers the policy's record in its zone (hosted zone `zone_id`), to its providers' edge
-    /// hosts, refusing plans over its `guardrails.max_touched_per_apply`.
+    /// hosts (and the static fallback's host, when the policy has one), refusing plans over its
+    /// `guardrails.max_touched_per_apply`.
     pub fn from_policy(client: Route53Client, zone_id: &str, policy: &Policy) -> Route53Steerer {
-        let edges = policy
-            .providers
-            .iter()
-            .map(|(id, spec)| (id.clone(), spec.edge_host.clone()))
-            .collect();
+        let edges = policy.answer_targets();
         Route53Steerer::new(
             client,
             zone_id,
