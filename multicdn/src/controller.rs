@@ -675,6 +675,12 @@ impl Controller {
         j
     }
 
+    /// Every drill of the policy that has begun: its progress, abort and figures per region
+    /// (read them as text with [`engine::drill::report`]).
+    pub async fn drills(&self) -> BTreeMap<multicdn_core::CohortId, engine::DrillProgress> {
+        self.inner.state.lock().await.engine.drills.clone()
+    }
+
     /// The engine's memory as of the last round.
     pub async fn engine_state(&self) -> EngineState {
         self.inner.state.lock().await.engine.clone()
@@ -741,6 +747,15 @@ impl Controller {
             effective = st.overrides.apply_to(&self.inner.policy);
             &effective
         };
+        // Drills: the baseline before one begins, its watch (and abort) while it runs, the
+        // figures after it.
+        engine::drill::observe(policy, &mut st.engine, now, &mut |window| {
+            self.inner
+                .board
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .snapshot(now, window)
+        });
         let cohorts = cohort_inputs(
             policy,
             &snapshot,
