@@ -32,7 +32,13 @@ struct Running {
 }
 
 async fn running(tune: impl FnOnce(ServiceConfig) -> ServiceConfig) -> Running {
-    let policy = Policy::load(POLICY).unwrap();
+    running_with(Policy::load(POLICY).unwrap(), tune).await
+}
+
+async fn running_with(
+    policy: Policy,
+    tune: impl FnOnce(ServiceConfig) -> ServiceConfig,
+) -> Running {
     let clock = ManualClock::new(start());
     let a = Arc::new(MemorySteerer::new());
     let b = Arc::new(MemorySteerer::new());
@@ -638,4 +644,70 @@ async fn a_flood_of_bad_beacons_from_many_addresses_leaves_the_receivers_state_b
     }
     assert_eq!(r.service.footprint().1, 20);
     assert_eq!(samples(&r, "FR", "fastly", Metric::Ttfb), 20);
+}
+
+#[tokio::test]
+async fn a_running_drill_and_its_report_are_served() {
+    let src = include_str!("../../examples/policy-standby.yaml")
+        .replace("at: 2027-01-12T10:00:00Z", "at: 2026-12-01T09:01:00Z");
+    let r = running_with(
+        Policy::from_yaml(&src, "policy-standby.yaml").unwrap(),
+        |c| c,
+    )
+    .await;
+    let get = || async {
+        client()
+            .get(format!("{}/api/v1/drills", r.base))
+            .send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()
+    };
+    let before = get().await;
+    assert_eq!(before["drills"][0]["name"], "q1-standby");
+    assert!(
+        before["drills"][0]["report"]
+            .as_str()
+            .unwrap()
+            .contains("not begun")
+    );
+    // Fresh beacons every round, so the deadman stays quiet.
+    let feed = |now: Timestamp| {
+        let line = format!(
+            "{{\"at\":{},\"asn\":3320,\"country\":\"DE\",\"ttfb\":40,\"provider\":\"fastly\"}}\n",
+            now.as_millis()
+        );
+        r.service
+            .controller()
+            .ingest_bytes(line.repeat(50).as_bytes());
+    };
+    for step in [0, 60, 90] {
+        r.clock.advance(std::time::Duration::from_secs(step));
+        feed(r.clock.now());
+        r.service.controller().round(r.clock.now()).await;
+    }
+    let during = get().await;
+    let d = &during["drills"][0];
+    assert_eq!(d["to"], "cloudflare");
+    assert_eq!(d["time_to_shift_s"], 90);
+    assert!(d["progress"]["regions"]["europe"].is_object(), "{d}");
+    assert!(
+        d["report"]
+            .as_str()
+            .unwrap()
+            .contains("complete after 90 s"),
+        "{}",
+        d["report"]
+    );
+    // Everything is on the standby now, on every actuator.
+    let applied = r.actuators[0].current().await.unwrap();
+    assert!(
+        applied
+            .cohorts
+            .iter()
+            .all(|c| c.weights.get(&"cloudflare".parse().unwrap()) == 10_000),
+        "{applied:?}"
+    );
 }

@@ -309,6 +309,34 @@ pub(crate) async fn health(State(s): State<Service>) -> Response {
     Json(serde_json::json!({ "providers": providers })).into_response()
 }
 
+/// The policy's drills: each one's schedule, progress (shift, abort, figures per region before,
+/// during and after) and its report as text.
+pub(crate) async fn drills(State(s): State<Service>) -> Response {
+    let progress = s.inner.controller.drills().await;
+    let drills: Vec<serde_json::Value> = s
+        .inner
+        .controller
+        .policy()
+        .steering
+        .drills
+        .iter()
+        .map(|spec| {
+            let p = progress.get(&spec.name).cloned().unwrap_or_default();
+            serde_json::json!({
+                "name": spec.name.as_str(),
+                "at": spec.at,
+                "to": spec.to.as_str(),
+                "share": spec.share.to_string(),
+                "hold_s": spec.hold.get().as_secs(),
+                "time_to_shift_s": p.time_to_shift().map(|d| d.as_secs()),
+                "progress": p,
+                "report": multicdn_steering::engine::drill::report(spec, &p),
+            })
+        })
+        .collect();
+    Json(serde_json::json!({ "drills": drills })).into_response()
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct JournalQuery {
     #[serde(default)]

@@ -303,6 +303,7 @@ impl Service {
             .route("/api/v1/weights", get(api::weights))
             .route("/api/v1/loop", get(api::loop_health))
             .route("/api/v1/health", get(api::health))
+            .route("/api/v1/drills", get(api::drills))
             .route("/api/v1/journal", get(api::journal))
             .route("/api/v1/history", get(api::history))
             .route("/metrics", get(api::metrics))
