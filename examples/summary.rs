@@ -15,7 +15,16 @@ pub fn policy_summary(policy: &Policy, path: &Path) -> String {
     let _ = writeln!(out, "site: {}", policy.site.host);
     let _ = writeln!(out, "providers:");
     for (id, spec) in &policy.providers {
-        let _ = writeln!(out, "  {id:<12} {:<10} edge {}", spec.kind, spec.edge_host);
+        let role = if spec.standby {
+            " (standby: 0% until a failover or a drill)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "  {id:<12} {:<10} edge {}{role}",
+            spec.kind, spec.edge_host
+        );
     }
     let s = &policy.steering;
     let _ = writeln!(
@@ -50,6 +59,16 @@ pub fn policy_summary(policy: &Policy, path: &Path) -> String {
     );
     if !s.pins.is_empty() {
         let _ = writeln!(out, "  pins: {}", s.pins.len());
+    }
+    if let Some(f) = &s.fallback {
+        let _ = writeln!(out, "  fallback when every provider is down: {}", f.host);
+    }
+    for d in &s.drills {
+        let _ = writeln!(
+            out,
+            "  drill {}: {} to {} at {}, held {}; aborted on p90 +{} or errors +{}",
+            d.name, d.share, d.to, d.at, d.hold, d.abort.p90_rise, d.abort.error_rise
+        );
     }
     let h = &policy.health;
     let _ = writeln!(

@@ -1020,3 +1020,29 @@ fn scoreboard_reads_a_generated_log_alike_on_one_thread_and_two() {
     let _ = std::fs::remove_file(log);
     let _ = std::fs::remove_file(table);
 }
+
+#[test]
+fn policy_check_summarises_the_standby_its_fallback_and_its_drill() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/policy-standby.yaml");
+    let out = run("policy", &["check", path], &[]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "cloudflare edge example.cdn.cloudflare.net (standby: 0% until a failover or a drill)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("europe         [GB, IE, DE, FR, NL, ES, IT] -> cloudflare 0%, fastly 100%"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fallback when every provider is down: catalogue.example-static.net"),
+        "{text}"
+    );
+    assert!(
+        text.contains("drill q1-standby: 100% to cloudflare at 2027-01-12T10:00:00Z, held 1h"),
+        "{text}"
+    );
+}
