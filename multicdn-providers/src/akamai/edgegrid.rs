@@ -208,31 +208,18 @@ pub fn content_hash(method: &str, body: &[u8], max_body: usize) -> String {
     STANDARD.encode(Sha256::digest(signed))
 }
 
-/// `t` as EdgeGrid writes it: `20140321T19:34:21+0000` (UTC).
+/// `t` as EdgeGrid writes it: `20140321T19:34:21+0000` (UTC), from the RFC 3339 form
+/// [`Timestamp`] displays (`2014-03-21T19:34:21Z`).
 pub fn timestamp(t: Timestamp) -> String {
-    let secs = t.as_millis() / 1000;
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days);
+    let rfc3339 = Timestamp::from_secs(t.as_millis() / 1000).to_string();
+    let part = |r: std::ops::Range<usize>| rfc3339.get(r).unwrap_or_default();
     format!(
-        "{y:04}{m:02}{d:02}T{:02}:{:02}:{:02}+0000",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
+        "{}{}{}T{}+0000",
+        part(0..4),
+        part(5..7),
+        part(8..10),
+        part(11..19)
     )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (H. Hinnant's `civil_from_days`).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
 }
 
 /// A random nonce shaped like a UUID (`8-4-4-4-12` hex digits), from the process's randomly
