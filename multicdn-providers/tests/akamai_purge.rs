@@ -174,3 +174,41 @@ async fn a_signature_with_the_wrong_secret_is_an_auth_error() {
     assert!(api.purged().is_empty());
     assert!(!e.to_string().contains("not-the-secret"));
 }
+
+mod support;
+
+#[tokio::test]
+async fn the_fanout_purges_fastly_cloudflare_and_akamai_together() {
+    use multicdn_providers::cloudflare::CloudflareLimits;
+    use multicdn_providers::fanout::{FanoutMember, PurgeFanout};
+    use std::sync::Arc;
+    let vendors = multicdn_test_support::PurgeApi::start().await.unwrap();
+    let akamai = AkamaiApi::start(CT, CS, AT).await.unwrap();
+    let settings = support::vendors::fast(3);
+    let fanout = PurgeFanout::new([
+        FanoutMember::new(Arc::new(support::vendors::fastly(
+            &vendors.fastly_base(),
+            settings.clone(),
+        ))),
+        FanoutMember::new(Arc::new(support::vendors::cloudflare(
+            &vendors.cloudflare_base(),
+            CloudflareLimits::default(),
+            settings,
+        ))),
+        FanoutMember::new(Arc::new(purger(&akamai, AkamaiNetwork::Production, CS))),
+    ]);
+    let report = fanout
+        .purge(&PurgeRequest::tags(["product-1", "product-2"]))
+        .await
+        .unwrap();
+    let mut providers: Vec<String> = report
+        .receipts
+        .iter()
+        .map(|r| r.provider.to_string())
+        .collect();
+    providers.sort();
+    assert_eq!(providers, ["akamai", "cloudflare", "fastly"]);
+    assert_eq!(akamai.purged().len(), 1);
+    assert_eq!(akamai.purged()[0].3.len(), 2);
+    assert!(!vendors.purged().is_empty());
+}
