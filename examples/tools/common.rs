@@ -241,6 +241,30 @@ pub(crate) fn purge_fanout(
                 .map_err(setup)?;
                 members.push(FanoutMember::new(Arc::new(purger)));
             }
+            ProviderKind::Akamai => {
+                let credentials = match multicdn_providers::akamai::credentials_from_env(id, spec) {
+                    Ok(c) => c,
+                    Err(e) if dry_run => {
+                        eprintln!("note: {e}; a real purge would stop here");
+                        let dry = || Secret::new("dry-run");
+                        multicdn_providers::akamai::EdgeGridCredentials {
+                            client_token: dry(),
+                            client_secret: dry(),
+                            access_token: dry(),
+                        }
+                    }
+                    Err(e) => return Err(setup(e)),
+                };
+                let purger = multicdn_providers::akamai::AkamaiPurger::from_spec(
+                    id.clone(),
+                    spec,
+                    credentials,
+                    None,
+                    settings.clone(),
+                )
+                .map_err(setup)?;
+                members.push(FanoutMember::new(Arc::new(purger)));
+            }
             other => {
                 return Err(Fail::error(format!(
                     "error: {}: providers.{id} is of kind {other}, which has no purge adapter; purge it by other means, or remove it from the policy for this purge",

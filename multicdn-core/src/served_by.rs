@@ -3,7 +3,10 @@
 //!
 //! Both edges are configured to emit `Server-Timing: cdn;desc="fastly", pop;desc="LHR",
 //! cache;desc="HIT"`. When that is missing, Fastly's `x-served-by` / `x-cache` and Cloudflare's
-//! `cf-ray` / `cf-cache-status` are read. Malformed headers give `None` or an error value; no
+//! `cf-ray` / `cf-cache-status`, and Akamai's `Akamai-Cache-Status`, `X-Cache` (`TCP_HIT from
+//! a23-45-67-89.deploy.akamaitechnologies.com`), `Server: AkamaiGHost`, `X-Akamai-Request-ID`
+//! and `Server-Timing: cdn-cache;desc=HIT` are read. Akamai's headers name an edge server, not a
+//! PoP, so an Akamai answer identified by them has no `pop`. Malformed headers give `None` or an error value; no
 //! input makes this module panic.
 
 use std::fmt;
@@ -279,7 +282,11 @@ impl<'a> Cursor<'a> {
 /// Reads `Server-Timing` first, then the vendors' headers. `None` when nothing identifies a
 /// provider (or the only identifying header is malformed).
 pub fn served_by(headers: &(impl HeaderLookup + ?Sized)) -> Option<ServedBy> {
-    let vendor = || from_fastly(headers).or_else(|| from_cloudflare(headers));
+    let vendor = || {
+        from_fastly(headers)
+            .or_else(|| from_cloudflare(headers))
+            .or_else(|| from_akamai(headers))
+    };
     match from_server_timing(headers) {
         // An edge that names itself but not its PoP or cache verdict (Cloudflare's rules
         // language cannot read the PoP) is completed from its own vendor headers.
@@ -373,6 +380,61 @@ fn from_cloudflare(headers: &(impl HeaderLookup + ?Sized)) -> Option<ServedBy> {
     })
 }
 
+/// Akamai's cache word of `X-Cache` (`TCP_HIT`, `TCP_MEM_HIT`, `TCP_REFRESH_MISS`, ...).
+fn akamai_x_cache(word: &str) -> CacheStatus {
+    match word.trim().to_ascii_uppercase().as_str() {
+        "TCP_HIT" | "TCP_MEM_HIT" | "TCP_IMS_HIT" | "TCP_NEGATIVE_HIT" => CacheStatus::Hit,
+        "TCP_REFRESH_HIT" | "TCP_REFRESH_FAIL_HIT" => CacheStatus::Revalidated,
+        "TCP_REFRESH_MISS" => CacheStatus::Expired,
+        "TCP_MISS" => CacheStatus::Miss,
+        "TCP_DENIED" | "TCP_COOKIE_DENY" => CacheStatus::Bypass,
+        other => CacheStatus::Other(other.to_owned()),
+    }
+}
+
+fn from_akamai(headers: &(impl HeaderLookup + ?Sized)) -> Option<ServedBy> {
+    let x_cache = headers
+        .header_values("x-cache")
+        .into_iter()
+        .find(|v| v.contains("akamaitechnologies.com") || v.contains("AkamaiGHost"));
+    // `Hit from child`, `Miss from child, Miss from parent`: the edge's verdict comes first.
+    let status = headers
+        .header_values("akamai-cache-status")
+        .first()
+        .and_then(|v| v.split_whitespace().next())
+        .map(CacheStatus::parse);
+    let ghost = headers
+        .header_values("server")
+        .iter()
+        .any(|v| v.trim_start().starts_with("AkamaiGHost"));
+    let request_id = !headers.header_values("x-akamai-request-id").is_empty();
+    if x_cache.is_none() && status.is_none() && !ghost && !request_id {
+        return None;
+    }
+    let timing = || {
+        headers
+            .header_values("server-timing")
+            .into_iter()
+            .filter_map(|v| parse_server_timing(v).ok())
+            .flatten()
+            .find(|e| e.name.eq_ignore_ascii_case("cdn-cache"))
+            .and_then(|e| e.description)
+            .map(|d| CacheStatus::parse(&d))
+    };
+    let cache = status
+        .or_else(|| {
+            x_cache
+                .and_then(|v| v.split_whitespace().next())
+                .map(akamai_x_cache)
+        })
+        .or_else(timing);
+    Some(ServedBy {
+        provider: "akamai".to_owned(),
+        pop: None,
+        cache,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,6 +487,56 @@ mod tests {
             ("cloudflare", Some("LHR"))
         );
         assert_eq!(s.cache, Some(CacheStatus::Dynamic));
+    }
+
+    #[test]
+    fn falls_back_to_akamai_headers() {
+        let h = vec![
+            (
+                "x-cache",
+                "TCP_MEM_HIT from a23-45-67-89.deploy.akamaitechnologies.com (AkamaiGHost/10.2.0-51210853) (-)",
+            ),
+            ("x-akamai-request-id", "2f4e8a1.4b3c2d"),
+        ];
+        let s = served_by(&h).unwrap();
+        assert_eq!((s.provider.as_str(), s.pop), ("akamai", None));
+        assert_eq!(s.cache, Some(CacheStatus::Hit));
+        // Akamai-Cache-Status wins over X-Cache; the edge's verdict is the first.
+        let h = vec![
+            ("akamai-cache-status", "Miss from child, Hit from parent"),
+            (
+                "x-cache",
+                "TCP_HIT from a1-2-3-4.deploy.akamaitechnologies.com",
+            ),
+        ];
+        assert_eq!(served_by(&h).unwrap().cache, Some(CacheStatus::Miss));
+        let h = vec![(
+            "x-cache",
+            "TCP_REFRESH_MISS from a1-2-3-4.deploy.akamaitechnologies.com",
+        )];
+        assert_eq!(served_by(&h).unwrap().cache, Some(CacheStatus::Expired));
+        // Server: AkamaiGHost with Akamai's own Server-Timing entries.
+        let h = vec![
+            ("server", "AkamaiGHost"),
+            ("server-timing", "cdn-cache; desc=HIT, edge; dur=1"),
+        ];
+        let s = served_by(&h).unwrap();
+        assert_eq!(s.provider, "akamai");
+        assert_eq!(s.cache, Some(CacheStatus::Hit));
+        // An Akamai-served answer naming itself in the configured Server-Timing is completed
+        // with the cache verdict from Akamai's headers.
+        let h = vec![
+            ("server-timing", r#"cdn;desc="akamai", pop;desc="FRA""#),
+            ("akamai-cache-status", "Hit from child"),
+        ];
+        let s = served_by(&h).unwrap();
+        assert_eq!(
+            (s.provider.as_str(), s.pop.as_deref(), s.cache),
+            ("akamai", Some("FRA"), Some(CacheStatus::Hit))
+        );
+        // A plain X-Cache that is neither Fastly's nor Akamai's identifies nobody.
+        let h = vec![("x-cache", "HIT"), ("server", "nginx")];
+        assert_eq!(served_by(&h), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! # multicdn-providers
 //!
-//! Talking to vendors: Fastly and Cloudflare (purge, configuration), Route 53 and NS1 (steering
+//! Talking to vendors: Fastly and Cloudflare (purge, configuration), Akamai (Fast Purge v3,
+//! signed with EdgeGrid), Route 53 and NS1 (steering
 //! answers, vendor health checks), an in-memory steerer (the embedded default), and the purge
 //! fan-out. Every adapter speaks through one HTTP layer ([`http`]): a rustls client with
 //! connect and request timeouts, client-side pacing at each vendor's documented limits, and
@@ -66,11 +67,13 @@
 //! ```
 //!
 //! ## Features
-//! `fastly`, `cloudflare`, `route53`, `ns1`: one per vendor, all on by default. The in-memory
+//! `fastly`, `cloudflare`, `akamai`, `route53`, `ns1`: one per vendor, all on by default. The in-memory
 //! steerer, the HTTP layer, the renderers and the fan-out are always built.
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "akamai")]
+pub mod akamai;
 #[cfg(feature = "cloudflare")]
 pub mod cloudflare;
 pub mod dns;

@@ -19,12 +19,14 @@
 
 #![forbid(unsafe_code)]
 
+mod akamai;
 pub mod config;
 mod edge;
 mod ns1;
 mod purge;
 mod serve;
 
+pub use akamai::{AKAMAI_MAX_BODY, AkamaiApi, AkamaiPurge};
 pub use edge::{EdgeMode, EdgeServer, MARKER, SITE, SeenRequest, page};
 pub use ns1::Ns1Api;
 pub use purge::{CLOUDFLARE_MAX_ITEMS, FASTLY_MAX_KEYS, Fault, PurgeApi, PurgeLimits, PurgeStats};

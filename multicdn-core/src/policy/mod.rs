@@ -77,6 +77,27 @@ pub enum CloudflarePlan {
     Enterprise,
 }
 
+/// The Akamai network a purge goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AkamaiNetwork {
+    /// The staging network (what a property's staging version serves).
+    Staging,
+    /// The production network, Fast Purge's default.
+    #[default]
+    Production,
+}
+
+impl AkamaiNetwork {
+    /// The network as Fast Purge's paths write it: `staging`, `production`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AkamaiNetwork::Staging => "staging",
+            AkamaiNetwork::Production => "production",
+        }
+    }
+}
+
 /// One provider.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -104,6 +125,24 @@ pub struct ProviderSpec {
     /// provider is down (the failover) or in a drill.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub standby: bool,
+    /// Akamai: the EdgeGrid API host of the API client (`akab-xxxx.luna.akamaiapis.net`).
+    #[serde(default)]
+    pub api_host: Option<String>,
+    /// Akamai: the network purges go to (production when absent).
+    #[serde(default)]
+    pub network: Option<AkamaiNetwork>,
+    /// Akamai: the CP codes a purge of everything purges (none: no purge of everything).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cp_codes: Vec<u64>,
+    /// Akamai: the environment variable holding the EdgeGrid client token.
+    #[serde(default)]
+    pub client_token_env: Option<String>,
+    /// Akamai: the environment variable holding the EdgeGrid client secret.
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    /// Akamai: the environment variable holding the EdgeGrid access token.
+    #[serde(default)]
+    pub access_token_env: Option<String>,
 }
 
 /// Cache defaults, cache key and routes (seed 000, section 13).

@@ -446,3 +446,94 @@ fn a_drill_names_a_known_provider_region_and_a_sensible_share_and_hold() {
         "{d:?}"
     );
 }
+
+/// The example with an Akamai provider added after Cloudflare's entry (`extra` indented as
+/// its fields).
+fn with_akamai(fields: &str) -> String {
+    edit(
+        "    token_env: CLOUDFLARE_API_TOKEN\n",
+        &format!(
+            "    token_env: CLOUDFLARE_API_TOKEN\n  akamai:\n    kind: akamai\n    edge_host: www.example.com.edgekey.net\n{fields}"
+        ),
+    )
+}
+
+const AKAMAI_FIELDS: &str = "    api_host: akab-abcdefghijklmnop-qrstuvwxyz012345.luna.akamaiapis.net\n    network: staging\n    cp_codes: [12345, 67890]\n    client_token_env: AKAMAI_CLIENT_TOKEN\n    client_secret_env: AKAMAI_CLIENT_SECRET\n    access_token_env: AKAMAI_ACCESS_TOKEN\n";
+
+#[test]
+fn an_akamai_provider_reads_its_edgegrid_fields() {
+    let p = Policy::from_yaml(&with_akamai(AKAMAI_FIELDS), "p.yaml").unwrap();
+    let a = &p.providers[&ProviderId::new("akamai").unwrap()];
+    assert_eq!(a.kind, ProviderKind::Akamai);
+    assert_eq!(a.network, Some(AkamaiNetwork::Staging));
+    assert_eq!(a.cp_codes, [12345, 67890]);
+    assert_eq!(a.client_secret_env.as_deref(), Some("AKAMAI_CLIENT_SECRET"));
+}
+
+#[test]
+fn a_bad_akamai_field_is_named_at_its_line() {
+    // A host that is not an EdgeGrid API host.
+    let src = with_akamai(&AKAMAI_FIELDS.replace(
+        "akab-abcdefghijklmnop-qrstuvwxyz012345.luna.akamaiapis.net",
+        "https://api.example.com/ccu",
+    ));
+    let d = invalid(&src);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].path, "providers.akamai.api_host");
+    assert_eq!(d[0].position.line, line_of(&src, "api.example.com/ccu"));
+    assert!(
+        d[0].message.contains("EdgeGrid API host"),
+        "{}",
+        d[0].message
+    );
+    // A missing credential variable, named.
+    let src =
+        with_akamai(&AKAMAI_FIELDS.replace("    access_token_env: AKAMAI_ACCESS_TOKEN\n", ""));
+    let d = invalid(&src);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].path, "providers.akamai");
+    assert!(
+        d[0].message.contains("`access_token_env`"),
+        "{}",
+        d[0].message
+    );
+    // A CP code of 0, a network that is not one, and token_env instead of EdgeGrid's three.
+    let src = with_akamai(
+        &(AKAMAI_FIELDS.replace("[12345, 67890]", "[12345, 0]") + "    token_env: AKAMAI_TOKEN\n"),
+    );
+    let d = invalid(&src);
+    let at: Vec<(&str, usize)> = d
+        .iter()
+        .map(|d| (d.path.as_str(), d.position.line))
+        .collect();
+    assert_eq!(
+        at,
+        [
+            (
+                "providers.akamai.token_env",
+                line_of(&src, "    token_env: AKAMAI_TOKEN")
+            ),
+            ("providers.akamai.cp_codes[1]", line_of(&src, "[12345, 0]")),
+        ]
+    );
+    let src = with_akamai(&AKAMAI_FIELDS.replace("network: staging", "network: prod"));
+    let d = invalid(&src);
+    assert_eq!(d[0].path, "providers.akamai.network", "{d:?}");
+    assert_eq!(d[0].position.line, line_of(&src, "network: prod"));
+}
+
+#[test]
+fn akamai_fields_on_another_kind_are_refused() {
+    let src = edit(
+        "    plan: pro\n",
+        "    plan: pro\n    network: staging\n    cp_codes: [1]\n",
+    );
+    let paths: Vec<String> = invalid(&src).into_iter().map(|d| d.path).collect();
+    assert_eq!(
+        paths,
+        [
+            "providers.cloudflare.network",
+            "providers.cloudflare.cp_codes"
+        ]
+    );
+}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use regex::Regex;
 
-use super::{Dur, Fallback, Policy, Share};
+use super::{Dur, Fallback, Policy, ProviderSpec, Share};
 use crate::id::CohortId;
 use crate::id::ProviderId;
 use crate::network::NetworkKey;
@@ -221,12 +221,16 @@ fn providers(policy: &Policy, out: &mut Problems) {
                 at.clone(),
                 "a cloudflare provider needs `zone_id` (the zone the purges and rules go to)".into(),
             )),
+            ProviderKind::Akamai => akamai(&at, spec, out),
             _ => {}
         }
         for (field, v) in [
             ("service_id", &spec.service_id),
             ("zone_id", &spec.zone_id),
             ("token_env", &spec.token_env),
+            ("client_token_env", &spec.client_token_env),
+            ("client_secret_env", &spec.client_secret_env),
+            ("access_token_env", &spec.access_token_env),
         ] {
             if let Some(v) = v
                 && !v
@@ -243,6 +247,65 @@ fn providers(policy: &Policy, out: &mut Problems) {
             out.push((
                 format!("{at}.plan"),
                 "`plan` applies to cloudflare providers only".into(),
+            ));
+        }
+        if spec.kind != ProviderKind::Akamai {
+            let akamai_only = [
+                ("api_host", spec.api_host.is_some()),
+                ("network", spec.network.is_some()),
+                ("cp_codes", !spec.cp_codes.is_empty()),
+                ("client_token_env", spec.client_token_env.is_some()),
+                ("client_secret_env", spec.client_secret_env.is_some()),
+                ("access_token_env", spec.access_token_env.is_some()),
+            ];
+            for (field, _) in akamai_only.into_iter().filter(|(_, set)| *set) {
+                out.push((
+                    format!("{at}.{field}"),
+                    format!("`{field}` applies to akamai providers only"),
+                ));
+            }
+        }
+    }
+}
+
+/// An Akamai provider's own fields: the EdgeGrid API host, the three credential variables
+/// (EdgeGrid signs with a client token, a client secret and an access token, never one API
+/// token), and CP codes that are CP codes.
+fn akamai(at: &str, spec: &ProviderSpec, out: &mut Problems) {
+    match spec.api_host.as_deref() {
+        None | Some("") => out.push((
+            at.to_owned(),
+            "an akamai provider needs `api_host`, the EdgeGrid API host of its API client (like akab-xxxxxxxxxxxxxxxx-xxxxxxxxxxxxxxxx.luna.akamaiapis.net)".into(),
+        )),
+        Some(h) if !is_hostname(h) || !h.to_ascii_lowercase().ends_with(".akamaiapis.net") => out.push((
+            format!("{at}.api_host"),
+            format!("{h:?} is not an EdgeGrid API host: write the `host` of the API client's credentials, like akab-xxxxxxxxxxxxxxxx-xxxxxxxxxxxxxxxx.luna.akamaiapis.net (no scheme, no path)"),
+        )),
+        Some(_) => {}
+    }
+    for (field, v) in [
+        ("client_token_env", &spec.client_token_env),
+        ("client_secret_env", &spec.client_secret_env),
+        ("access_token_env", &spec.access_token_env),
+    ] {
+        if v.as_deref().is_none_or(str::is_empty) {
+            out.push((
+                at.to_owned(),
+                format!("an akamai provider needs `{field}`, the environment variable holding the EdgeGrid {}", field.trim_end_matches("_env").replace('_', " ")),
+            ));
+        }
+    }
+    if spec.token_env.is_some() {
+        out.push((
+            format!("{at}.token_env"),
+            "an akamai provider signs with EdgeGrid credentials: name them in `client_token_env`, `client_secret_env` and `access_token_env`, not `token_env`".into(),
+        ));
+    }
+    for (i, code) in spec.cp_codes.iter().enumerate() {
+        if *code == 0 {
+            out.push((
+                format!("{at}.cp_codes[{i}]"),
+                "0 is not a CP code (CP codes are positive numbers, like 12345)".into(),
             ));
         }
     }

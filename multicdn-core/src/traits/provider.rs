@@ -15,6 +15,8 @@ pub enum ProviderKind {
     Fastly,
     /// Cloudflare.
     Cloudflare,
+    /// Akamai (Fast Purge v3, signed with EdgeGrid).
+    Akamai,
     /// Any other CDN: steerable and probeable, but no purge or configuration adapter.
     Generic,
 }
@@ -25,6 +27,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Fastly => "fastly",
             ProviderKind::Cloudflare => "cloudflare",
+            ProviderKind::Akamai => "akamai",
             ProviderKind::Generic => "generic",
         }
     }

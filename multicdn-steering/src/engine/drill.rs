@@ -11,7 +11,7 @@
 //! while it runs; health failover still comes first.
 //!
 //! [`DrillProgress`] is the drill's memory and report, kept in the
-//! [`EngineState`](super::EngineState) so that a restart (or a standby controller) continues it.
+//! [`EngineState`] so that a restart (or a standby controller) continues it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
