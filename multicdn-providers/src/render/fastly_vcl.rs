@@ -18,9 +18,10 @@ use multicdn_core::policy::{CachePolicy, Site, escape_control};
 use serde::{Deserialize, Serialize};
 
 use super::plan::PlanItem;
+pub use super::vcl_string;
 use super::{
     CACHEABLE_STATUSES, Defaults, Findings, RenderError, RenderMode, RenderWarning, ResolvedRoute,
-    cache_control, exclusions, resolve, site_origin,
+    cache_control, exclusions, is_vcl_name, resolve, route_patterns, site_origin,
 };
 
 /// A Fastly VCL snippet type (the subroutine it is inserted into).
@@ -164,21 +165,7 @@ pub fn render_fastly(
     let mut findings = Findings::new("fastly");
     let origin = site_origin(site, &findings)?;
     let (defaults, routes) = resolve(cache, &mut findings);
-    // Every pattern must be writable: a route cannot be left out (first match wins, and a
-    // never-cached route must never be dropped).
-    let mut patterns = Vec::with_capacity(routes.len());
-    for r in &routes {
-        let lit = vcl_string(&r.pattern).ok_or_else(|| {
-            findings.unrepresentable(
-                format!("{}.match", r.at()),
-                format!(
-                    "{:?} cannot be written as a VCL string (it contains `\"}}` or a control character)",
-                    r.pattern
-                ),
-            )
-        })?;
-        patterns.push(lit);
-    }
+    let patterns = route_patterns(&routes, &findings)?;
     let cond = |i: usize| route_condition(&routes, &patterns, i);
 
     let mut snippets = Vec::new();
@@ -536,28 +523,6 @@ impl PlanItem for Snippet {
         }
         out
     }
-}
-
-/// Letters, digits, `-` and `_`: what VCL accepts after `resp.http.` or `Cookie:`.
-fn is_vcl_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-/// `s` as a VCL string literal: a short string when it has no `"` or `%`, a long string
-/// (`{"..."}`) otherwise; `None` when neither can hold it.
-pub fn vcl_string(s: &str) -> Option<String> {
-    if s.chars().any(char::is_control) {
-        return None;
-    }
-    if !s.contains(['"', '%']) {
-        return Some(format!("\"{s}\""));
-    }
-    if s.contains("\"}") {
-        return None;
-    }
-    Some(format!("{{\"{s}\"}}"))
 }
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ pub mod plan;
 pub mod cloudflare_rules;
 #[cfg(feature = "fastly")]
 pub mod fastly_vcl;
+pub mod shield_vcl;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -395,6 +396,50 @@ pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// Letters, digits, `-` and `_`: a name VCL can address and a regex can hold unescaped.
+pub(crate) fn is_vcl_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// `s` as a VCL string literal: a short string when it has no `"` or `%`, a long string
+/// (`{"..."}`) otherwise; `None` when neither can hold it.
+pub fn vcl_string(s: &str) -> Option<String> {
+    if s.chars().any(char::is_control) {
+        return None;
+    }
+    if !s.contains(['"', '%']) {
+        return Some(format!("\"{s}\""));
+    }
+    if s.contains("\"}") {
+        return None;
+    }
+    Some(format!("{{\"{s}\"}}"))
+}
+
+/// Every route's pattern as a VCL string literal. Every pattern must be writable: a route
+/// cannot be left out (first match wins, and a never-cached route must never be dropped).
+pub(crate) fn route_patterns(
+    routes: &[ResolvedRoute],
+    findings: &Findings,
+) -> Result<Vec<String>, RenderError> {
+    routes
+        .iter()
+        .map(|r| {
+            vcl_string(&r.pattern).ok_or_else(|| {
+                findings.unrepresentable(
+                    format!("{}.match", r.at()),
+                    format!(
+                        "{:?} cannot be written as a VCL string (it contains `\"}}` or a control character)",
+                        r.pattern
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
