@@ -98,6 +98,7 @@
 #![forbid(unsafe_code)]
 
 pub mod beacon;
+pub mod case;
 pub mod engine;
 pub mod error;
 pub mod ingest;
