@@ -16,7 +16,7 @@ use axum::routing::any;
 use multicdn_test_support::{EdgeMode, EdgeServer, Ns1Api, PurgeApi};
 use tokio::runtime::Runtime;
 
-const ALL_EXAMPLES: [&str; 13] = [
+const ALL_EXAMPLES: [&str; 14] = [
     "serve",
     "policy",
     "quickstart",
@@ -30,6 +30,7 @@ const ALL_EXAMPLES: [&str; 13] = [
     "beacongen",
     "cascade",
     "content-steering",
+    "case",
 ];
 
 /// `target/<profile>/examples/<name>`, from this test's own path
