@@ -89,4 +89,5 @@ pub mod ns1;
 pub mod render;
 #[cfg(feature = "route53")]
 pub mod route53;
+pub mod shield;
 mod spec;

@@ -267,6 +267,34 @@ fn routes_cache_key_stale_and_tag_purge_behave_as_the_policy_says() {
         "an untagged object was purged"
     );
 
+    // The same through the shield purger: a tag, then a URL.
+    let purger = multicdn_providers::shield::ShieldPurger::new(
+        multicdn_core::ProviderId::new("shield").unwrap(),
+        url::Url::parse(&format!("http://127.0.0.1:{p}/")).unwrap(),
+        reqwest::Client::new(),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    use multicdn_core::traits::{PurgeRequest, Purger};
+    let receipt = rt
+        .block_on(purger.purge(&PurgeRequest::tags(["product-b"])))
+        .unwrap();
+    assert_eq!((receipt.items, receipt.requests), (1, 1));
+    rt.block_on(purger.purge(&PurgeRequest::urls(["https://www.example.com/products/a"])))
+        .unwrap();
+    request(p, "GET", "/products/a", &[]);
+    request(p, "GET", "/products/b", &[]);
+    request(p, "GET", "/products/q?page=3", &[]);
+    assert_eq!(origin.hits("/products/a"), 3, "the URL purge missed");
+    assert_eq!(origin.hits("/products/b"), 2, "the tag purge missed");
+    assert_eq!(
+        origin.hits("/products/q?page=3"),
+        1,
+        "an untagged object was purged"
+    );
+
     // A failing origin is covered by stale content within grace (default TTL is 1s here).
     let (_, _, fresh) = request(p, "GET", "/about", &[]);
     origin.failing.store(true, Ordering::SeqCst);
