@@ -51,6 +51,39 @@ pub struct Policy {
     pub health: HealthPolicy,
     /// How traffic is split and moved.
     pub steering: SteeringPolicy,
+    /// The origin shield between the CDNs and the origin, if there is one: its VCL is rendered
+    /// from `cache`, and every purge clears it before the CDNs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shield: Option<ShieldSpec>,
+}
+
+/// The origin shield (seed 000 sections 10 and 19): one Varnish cache every CDN fetches from,
+/// so a page that misses on both CDNs reaches the origin once, and a failing origin is covered
+/// by the shield's stale copies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ShieldSpec {
+    /// Where the shield listens for `PURGE` requests (`http://shield.internal:6081/`): the
+    /// shield authenticates purgers by address, so plain HTTP on a private network is usual.
+    pub url: String,
+    /// The origin the shield fetches from (a name or an address).
+    pub origin_host: String,
+    /// The origin's port (Varnish fetches over plain HTTP).
+    #[serde(default = "default_origin_port")]
+    pub origin_port: u16,
+    /// The addresses allowed to purge (the controller's), rendered as the VCL's ACL.
+    pub purgers: Vec<std::net::IpAddr>,
+}
+
+impl ShieldSpec {
+    /// The id the shield has in purge reports and events (`shield`); no provider may take
+    /// this name while the policy has a shield.
+    pub const ID: &'static str = "shield";
+}
+
+fn default_origin_port() -> u16 {
+    80
 }
 
 /// The site.

@@ -537,3 +537,75 @@ fn akamai_fields_on_another_kind_are_refused() {
         ]
     );
 }
+
+// ---- The origin shield ----
+
+#[test]
+fn the_shield_section_is_read_and_each_bad_field_is_named_at_its_line() {
+    let p = Policy::from_yaml(STANDBY, "examples/policy-standby.yaml").unwrap();
+    let sh = p.shield.as_ref().unwrap();
+    assert_eq!(sh.url, "http://shield.internal.example.com:6081/");
+    assert_eq!(
+        (sh.origin_host.as_str(), sh.origin_port),
+        ("origin.internal.example.com", 8080)
+    );
+    assert_eq!(sh.purgers.len(), 2);
+    assert!(
+        Policy::from_yaml(EXAMPLE, "p.yaml")
+            .unwrap()
+            .shield
+            .is_none()
+    );
+
+    let src = standby_edit(
+        "  url: http://shield.internal.example.com:6081/",
+        "  url: shield.internal.example.com",
+    );
+    let d = invalid(&src);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].path, "shield.url");
+    assert_eq!(d[0].position.line, line_of(&src, "url: shield.internal"));
+
+    let d = invalid(&standby_edit(
+        "  purgers: [10.20.0.5, 10.20.0.6]",
+        "  purgers: []",
+    ));
+    assert_eq!(d[0].path, "shield.purgers", "{d:?}");
+    assert!(
+        d[0].message.contains("every purge is missed"),
+        "{}",
+        d[0].message
+    );
+
+    let d = invalid(&standby_edit(
+        "  origin_host: origin.internal.example.com",
+        "  origin_host: example.map.fastly.net",
+    ));
+    assert_eq!(d[0].path, "shield.origin_host", "{d:?}");
+    assert!(
+        d[0].message.contains("never from a CDN"),
+        "{}",
+        d[0].message
+    );
+
+    // An address that is not one is a parse error at its line, naming the field.
+    let src = standby_edit(
+        "  purgers: [10.20.0.5, 10.20.0.6]",
+        "  purgers: [10.20.0.500]",
+    );
+    let d = invalid(&src);
+    assert!(d[0].path.starts_with("shield.purgers"), "{d:?}");
+    assert_eq!(d[0].position.line, line_of(&src, "10.20.0.500"));
+
+    // The shield's id is reserved while it is configured.
+    let renamed = STANDBY.replace(
+        "  cloudflare:\n    kind: cloudflare",
+        "  shield:\n    kind: cloudflare",
+    );
+    let d = invalid(&renamed);
+    assert!(
+        d.iter()
+            .any(|d| d.path == "providers.shield" && d.message.contains("origin shield")),
+        "{d:?}"
+    );
+}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use regex::Regex;
 
-use super::{Dur, Fallback, Policy, ProviderSpec, Share};
+use super::{Dur, Fallback, Policy, ProviderSpec, Share, ShieldSpec};
 use crate::id::CohortId;
 use crate::id::ProviderId;
 use crate::network::NetworkKey;
@@ -21,6 +21,7 @@ pub(super) fn validate(policy: &Policy) -> Problems {
     cache(policy, &mut problems);
     health(policy, &mut problems);
     steering(policy, &mut problems);
+    shield(policy, &mut problems);
     durations(policy, &mut problems);
     problems
 }
@@ -785,6 +786,80 @@ fn fallback(policy: &Policy, out: &mut Problems) {
                 "`{}` names the static fallback in plans when steering.fallback is set: rename this provider",
                 Fallback::ID
             ),
+        ));
+    }
+}
+
+/// The shield: a URL to purge it at, an origin to fetch from, purgers for its ACL.
+fn shield(policy: &Policy, out: &mut Problems) {
+    let Some(sh) = &policy.shield else {
+        return;
+    };
+    let url_ok = sh.url.parse::<http::Uri>().is_ok_and(|u| {
+        matches!(u.scheme_str(), Some("http" | "https"))
+            && u.host().is_some_and(|h| {
+                is_hostname(h)
+                    || h.trim_matches(['[', ']'])
+                        .parse::<std::net::IpAddr>()
+                        .is_ok()
+            })
+    });
+    if !url_ok {
+        out.push((
+            "shield.url".into(),
+            format!(
+                "{:?} is not where the shield listens: give an http:// or https:// URL with a host, like http://shield.internal:6081/",
+                sh.url
+            ),
+        ));
+    }
+    let origin = sh.origin_host.trim_end_matches('.');
+    if !is_hostname(origin) && origin.parse::<std::net::IpAddr>().is_err() {
+        out.push((
+            "shield.origin_host".into(),
+            format!(
+                "{:?} is not a hostname or an address: name the origin the shield fetches from",
+                sh.origin_host
+            ),
+        ));
+    }
+    if sh.origin_port == 0 {
+        out.push((
+            "shield.origin_port".into(),
+            "port 0 is not a port the origin can listen on".into(),
+        ));
+    }
+    for (id, spec) in &policy.providers {
+        if spec
+            .edge_host
+            .trim_end_matches('.')
+            .eq_ignore_ascii_case(origin)
+        {
+            out.push((
+                "shield.origin_host".into(),
+                format!(
+                    "{origin} is provider {id}'s edge: the shield fetches from the origin, never from a CDN"
+                ),
+            ));
+        }
+    }
+    if policy
+        .providers
+        .keys()
+        .any(|p| p.as_str() == ShieldSpec::ID)
+    {
+        out.push((
+            format!("providers.{}", ShieldSpec::ID),
+            format!(
+                "`{}` names the origin shield in purge reports when the shield section is set: rename this provider",
+                ShieldSpec::ID
+            ),
+        ));
+    }
+    if sh.purgers.is_empty() {
+        out.push((
+            "shield.purgers".into(),
+            "name at least one address allowed to purge (the controller's): with none, no purge reaches the shield and every purge is missed".into(),
         ));
     }
 }
