@@ -270,9 +270,10 @@ fn routes_cache_key_stale_and_tag_purge_behave_as_the_policy_says() {
     // The same through the shield purger: a tag, then a URL.
     let purger = multicdn_providers::shield::ShieldPurger::new(
         multicdn_core::ProviderId::new("shield").unwrap(),
-        url::Url::parse(&format!("http://127.0.0.1:{p}/")).unwrap(),
-        reqwest::Client::new(),
-    );
+        &format!("http://127.0.0.1:{p}/"),
+        multicdn_providers::http::HttpSettings::default(),
+    )
+    .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -313,4 +314,92 @@ fn routes_cache_key_stale_and_tag_purge_behave_as_the_policy_says() {
     );
     // Without a cached copy the failure shows.
     assert_eq!(request(p, "GET", "/never-seen", &[]).0, 503);
+}
+
+#[test]
+fn a_fanout_purges_the_real_shield_first_and_holds_the_cdns_while_it_is_down() {
+    if !varnishd_present() {
+        return;
+    }
+    use multicdn_core::traits::PurgeRequest;
+    use multicdn_providers::fanout::{FanoutError, FanoutMember, PurgeFanout};
+    use multicdn_providers::http::HttpSettings;
+
+    let origin = Origin::start();
+    let mut v = start_varnish(&vcl_for(origin.port, 3600));
+    let p = v.port;
+    request(p, "GET", "/products/a", &[]);
+    request(p, "GET", "/products/b", &[]);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let cdns = rt
+        .block_on(multicdn_test_support::PurgeApi::start())
+        .unwrap();
+    let fast = HttpSettings::default()
+        .with_max_attempts(2)
+        .with_backoff(Duration::from_millis(1), Duration::from_millis(5));
+    let shield = multicdn_providers::shield::ShieldPurger::new(
+        multicdn_core::ProviderId::new("shield").unwrap(),
+        &format!("http://127.0.0.1:{p}/"),
+        fast.clone(),
+    )
+    .unwrap();
+    let fastly = multicdn_providers::fastly::FastlyPurger::new(
+        multicdn_core::ProviderId::new("fastly").unwrap(),
+        "example.map.fastly.net",
+        "SU1Z0isxPaozGVKXdv0eY",
+        multicdn_core::Secret::new("fastly-test-token"),
+        &cdns.fastly_base(),
+        fast.clone(),
+    )
+    .unwrap();
+    let fanout = PurgeFanout::new([FanoutMember::new(Arc::new(fastly))])
+        .with_shield(FanoutMember::new(Arc::new(shield)));
+
+    let report = rt
+        .block_on(fanout.purge(&PurgeRequest::tags(["product-a"])))
+        .unwrap();
+    assert_eq!(report.receipts.len(), 2);
+    request(p, "GET", "/products/a", &[]);
+    request(p, "GET", "/products/b", &[]);
+    assert_eq!(
+        origin.hits("/products/a"),
+        2,
+        "the shield kept the tagged object"
+    );
+    assert_eq!(
+        origin.hits("/products/b"),
+        1,
+        "the shield lost an untagged object"
+    );
+    assert_eq!(
+        cdns.purged().len(),
+        1,
+        "the CDN was not purged after the shield"
+    );
+
+    // The shield down: nothing reaches the CDN, and the miss is the shield's.
+    let _ = v.child.kill();
+    let _ = v.child.wait();
+    let err = rt
+        .block_on(fanout.purge(&PurgeRequest::tags(["product-b"])))
+        .unwrap_err();
+    let FanoutError::Missed { failures, held, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].provider.as_str(), "shield");
+    assert!(
+        matches!(failures[0].error, multicdn_core::Error::Connect { .. }),
+        "{err}"
+    );
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        cdns.purged().len(),
+        1,
+        "a CDN was purged past a shield that was down"
+    );
 }

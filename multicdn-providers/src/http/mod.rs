@@ -163,6 +163,32 @@ impl VendorHttp {
         settings: HttpSettings,
     ) -> Result<VendorHttp, Error> {
         let base = check_base_url(&provider, base)?;
+        VendorHttp::build(provider, base, settings)
+    }
+
+    /// A client for a service that authenticates its callers by address (the origin shield's
+    /// purge ACL) and is sent no credential, so plain HTTP is allowed to any host: the shield
+    /// usually sits on a private network without TLS. Never use it for a vendor API.
+    pub fn without_credentials(
+        provider: ProviderId,
+        base: &str,
+        settings: HttpSettings,
+    ) -> Result<VendorHttp, Error> {
+        let base = url::Url::parse(base)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+            .ok_or_else(|| Error::InvalidRequest {
+                provider: provider.clone(),
+                message: format!("base URL {base:?} is not an http:// or https:// URL"),
+            })?;
+        VendorHttp::build(provider, base, settings)
+    }
+
+    fn build(
+        provider: ProviderId,
+        base: url::Url,
+        settings: HttpSettings,
+    ) -> Result<VendorHttp, Error> {
         let client = reqwest::Client::builder()
             .connect_timeout(settings.connect_timeout)
             .timeout(settings.request_timeout)
