@@ -132,12 +132,14 @@ async fn one_provider_failing_yields_the_error_and_the_demotion_event_while_the_
 
     let FanoutError::Missed {
         failures,
+        held,
         receipts,
         events,
     } = &err
     else {
         panic!("expected a missed purge, got {err:?}");
     };
+    assert!(held.is_empty(), "without a shield nothing is held back");
     assert_eq!(failures.len(), 1);
     let failure = &failures[0];
     assert_eq!(failure.provider.as_str(), "cloudflare");
@@ -376,6 +378,7 @@ async fn a_provider_failing_in_a_queued_purge_is_dropped_and_demoted_once_while_
         failures,
         receipts,
         events,
+        ..
     } = &err
     else {
         panic!("{err:?}");
@@ -712,6 +715,7 @@ async fn a_retry_that_fails_again_keeps_the_miss_and_recovers_nothing() {
         failures,
         receipts,
         events: emitted,
+        ..
     } = &err
     else {
         panic!("{err:?}");

@@ -254,10 +254,14 @@ pub enum FanoutError {
     },
     /// At least one provider missed the purge after its retries; it must be demoted until it
     /// has been purged.
-    #[error("purge missed on {}", describe(.failures))]
+    #[error("purge missed on {}{}", describe(.failures), held_back(.held))]
     Missed {
-        /// Every provider that failed.
+        /// Every provider that failed (the shield among them, when it did).
         failures: Vec<ProviderFailure>,
+        /// The providers not sent what the shield missed (its failure's `missed`, or the whole
+        /// purge of everything): every provider when the shield failed, none otherwise. They
+        /// are sent it once the shield has been purged of it.
+        held: Vec<ProviderId>,
         /// The providers that acknowledged everything.
         receipts: Vec<PurgeReceipt>,
         /// The events emitted: one [`Event::PurgeMissed`] per failed provider, and one
@@ -294,6 +298,16 @@ impl FanoutError {
             FanoutError::Refused { .. } => Vec::new(),
         }
     }
+}
+
+fn held_back(held: &[ProviderId]) -> String {
+    if held.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; held back from {} until the shield is purged of it (a CDN purged first would refill from the shield's stale copy)",
+        names(held)
+    )
 }
 
 fn describe(failures: &[ProviderFailure]) -> String {
@@ -348,6 +362,7 @@ pub struct QueueProgress {
 #[derive(Debug, Clone)]
 pub struct PurgeFanout {
     members: Vec<FanoutMember>,
+    shield: Option<FanoutMember>,
     sink: Option<EventSink>,
     clock: Arc<dyn Clock>,
     in_flight: usize,
@@ -429,11 +444,65 @@ impl PurgeFanout {
     pub fn new<M: Into<FanoutMember>>(members: impl IntoIterator<Item = M>) -> PurgeFanout {
         PurgeFanout {
             members: members.into_iter().map(Into::into).collect(),
+            shield: None,
             sink: None,
             clock: Arc::new(SystemClock),
             in_flight: DEFAULT_IN_FLIGHT,
             queue_in_flight: DEFAULT_QUEUE_IN_FLIGHT,
             outstanding: Arc::default(),
+        }
+    }
+
+    /// Puts the origin shield in front of every provider: each purge is sent to the shield
+    /// first, and to the providers only once the shield has acknowledged it, since a CDN
+    /// purged before the shield refills from the shield's stale copy. What the shield misses
+    /// is held back from every provider (the error's `held`), recorded as the shield's miss,
+    /// and sent to the providers by the [`PurgeFanout::retry_missed`] or later purge that
+    /// clears it from the shield. The providers are not demoted for it: every one of them
+    /// would serve the shield's stale copy alike.
+    pub fn with_shield(mut self, shield: impl Into<FanoutMember>) -> PurgeFanout {
+        self.shield = Some(shield.into());
+        self
+    }
+
+    /// The shield, if the fan-out has one.
+    pub fn shield(&self) -> Option<&FanoutMember> {
+        self.shield.as_ref()
+    }
+
+    /// The shield first, then the providers.
+    fn everyone(&self) -> impl Iterator<Item = &FanoutMember> {
+        self.shield.iter().chain(&self.members)
+    }
+
+    /// What of `request` the providers may be sent after the shield's `outcome` (all of it
+    /// when there is no shield or it acknowledged everything; none of a purge of everything
+    /// it missed).
+    fn passed_by_shield(request: &PurgeRequest, outcome: &MemberOutcome) -> Option<PurgeRequest> {
+        if outcome.error.is_none() {
+            return Some(request.clone());
+        }
+        if matches!(request.scope, PurgeScope::Everything) {
+            return None;
+        }
+        let missed: HashSet<&String> = outcome.missed.iter().collect();
+        let acked: Vec<String> = batch::dedupe(request.scope.items())
+            .into_iter()
+            .filter(|i| !missed.contains(i))
+            .collect();
+        (!acked.is_empty()).then(|| PurgeRequest {
+            scope: request.scope.with_items(acked),
+            soft: request.soft,
+        })
+    }
+
+    /// The providers held back by the shield's `outcome`: every one, when it missed anything.
+    fn held_by(&self, outcome: Option<&MemberOutcome>) -> Vec<ProviderId> {
+        match outcome {
+            Some(o) if o.error.is_some() => {
+                self.members.iter().map(|m| m.provider().clone()).collect()
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -463,17 +532,17 @@ impl PurgeFanout {
         self
     }
 
-    /// The members.
+    /// The members (the shield, if any, is [`PurgeFanout::shield`]).
     pub fn members(&self) -> &[FanoutMember] {
         &self.members
     }
 
     /// The least time each provider's documented limits allow for `request` (from full
-    /// buckets), slowest first.
+    /// buckets), slowest first; the shield, if any, is listed too (its time comes before the
+    /// providers', see [`PurgeFanout::ideal_time`]).
     pub fn ideal_times(&self, request: &PurgeRequest) -> Vec<(ProviderId, Duration)> {
         let mut times: Vec<(ProviderId, Duration)> = self
-            .members
-            .iter()
+            .everyone()
             .filter_map(|m| Some((m.provider().clone(), Self::ideal_for(m, request)?)))
             .collect();
         times.sort_by_key(|t| std::cmp::Reverse(t.1));
@@ -508,9 +577,7 @@ impl PurgeFanout {
     ) -> Result<Vec<ProviderId>, UnknownProviders> {
         let unknown: Vec<ProviderId> = record
             .iter()
-            .filter(|(p, o)| {
-                !o.is_empty() && !self.members.iter().any(|m| m.purger.provider() == *p)
-            })
+            .filter(|(p, o)| !o.is_empty() && !self.everyone().any(|m| m.purger.provider() == *p))
             .map(|(p, _)| p.clone())
             .collect();
         if !unknown.is_empty() {
@@ -581,37 +648,82 @@ impl PurgeFanout {
     pub async fn retry_missed(&self) -> Result<FanoutReport, FanoutError> {
         let watch = Stopwatch::start();
         let record = self.outstanding();
+        // The shield first: what it is purged of now may go to the providers too.
+        let mut outcomes = Vec::new();
+        let mut passed: Vec<PurgeRequest> = Vec::new();
+        let mut shield_ideal = Duration::ZERO;
+        if let Some(shield) = &self.shield
+            && let Some(o) = record.get(shield.provider())
+        {
+            let requests = o.requests();
+            shield_ideal = requests
+                .iter()
+                .filter_map(|r| Self::ideal_for(shield, r))
+                .sum();
+            let (total, events) = self
+                .retry_member(shield, &requests, watch, |request, out| {
+                    passed.extend(Self::passed_by_shield(request, out));
+                })
+                .await;
+            outcomes.push((total, events));
+        }
+        let held = self.held_by(outcomes.first().map(|o| &o.0));
         let due: Vec<(&FanoutMember, Vec<PurgeRequest>)> = self
             .members
             .iter()
-            .filter_map(|m| Some((m, record.get(m.provider())?.requests())))
-            .collect();
-        let ideal = due
-            .iter()
-            .map(|(m, requests)| {
-                requests
-                    .iter()
-                    .filter_map(|r| Self::ideal_for(m, r))
-                    .sum::<Duration>()
+            .filter_map(|m| {
+                let mut requests = record
+                    .get(m.provider())
+                    .map(Outstanding::requests)
+                    .unwrap_or_default();
+                requests.extend(passed.iter().cloned());
+                (!requests.is_empty()).then_some((m, requests))
             })
-            .max()
-            .unwrap_or_default();
-        let outcomes = join_all(due.iter().map(|(member, requests)| async move {
-            let mut total = MemberOutcome::new(member.provider().clone(), "everything");
-            let mut events = Vec::new();
-            for request in requests {
-                let (out, emitted) = self.run_member(member, request, watch).await;
-                events.extend(emitted);
-                let failed = out.error.is_some();
-                total.absorb(out);
-                if failed {
-                    break;
-                }
+            .collect();
+        let ideal = shield_ideal
+            + due
+                .iter()
+                .map(|(m, requests)| {
+                    requests
+                        .iter()
+                        .filter_map(|r| Self::ideal_for(m, r))
+                        .sum::<Duration>()
+                })
+                .max()
+                .unwrap_or_default();
+        outcomes.extend(
+            join_all(
+                due.iter().map(|(member, requests)| {
+                    self.retry_member(member, requests, watch, |_, _| {})
+                }),
+            )
+            .await,
+        );
+        self.finish(outcomes, held, watch, ideal)
+    }
+
+    /// Sends `requests` to `member` one after another, stopping at its first failure;
+    /// `each` sees every request sent and its outcome.
+    async fn retry_member(
+        &self,
+        member: &FanoutMember,
+        requests: &[PurgeRequest],
+        watch: Stopwatch,
+        mut each: impl FnMut(&PurgeRequest, &MemberOutcome),
+    ) -> (MemberOutcome, Vec<Event>) {
+        let mut total = MemberOutcome::new(member.provider().clone(), "everything");
+        let mut events = Vec::new();
+        for request in requests {
+            let (out, emitted) = self.run_member(member, request, watch).await;
+            each(request, &out);
+            events.extend(emitted);
+            let failed = out.error.is_some();
+            total.absorb(out);
+            if failed {
+                break;
             }
-            (total, events)
-        }))
-        .await;
-        self.finish(outcomes, watch, ideal)
+        }
+        (total, events)
     }
 
     fn refuse_unsupported(&self, request: &PurgeRequest) -> Result<(), FanoutError> {
@@ -622,8 +734,7 @@ impl PurgeFanout {
             });
         }
         let errors: Vec<Error> = self
-            .members
-            .iter()
+            .everyone()
             .filter_map(|m| {
                 if let Err(feature) = m.pacing.check(request) {
                     return Some(Error::Unsupported {
@@ -735,26 +846,67 @@ impl PurgeFanout {
     pub async fn purge(&self, request: &PurgeRequest) -> Result<FanoutReport, FanoutError> {
         self.refuse_unsupported(request)?;
         let watch = Stopwatch::start();
-        let outcomes = join_all(
-            self.members
-                .iter()
-                .map(|m| self.run_member(m, request, watch)),
-        )
-        .await;
-        self.finish(outcomes, watch, self.ideal(request))
+        let (mut outcomes, passed) = self.shield_first(request, watch).await;
+        let held = self.held_by(outcomes.first().map(|o| &o.0));
+        if let Some(passed) = &passed {
+            outcomes.extend(
+                join_all(
+                    self.members
+                        .iter()
+                        .map(|m| self.run_member(m, passed, watch)),
+                )
+                .await,
+            );
+        }
+        self.finish(outcomes, held, watch, self.ideal(request))
     }
 
-    /// The slowest provider's least time for `request`.
+    /// Purges the shield of `request`, if there is one: its outcome, and what the providers
+    /// may be sent now.
+    async fn shield_first(
+        &self,
+        request: &PurgeRequest,
+        watch: Stopwatch,
+    ) -> (Vec<(MemberOutcome, Vec<Event>)>, Option<PurgeRequest>) {
+        let Some(shield) = &self.shield else {
+            return (Vec::new(), Some(request.clone()));
+        };
+        let (out, events) = self.run_member(shield, request, watch).await;
+        let passed = Self::passed_by_shield(request, &out);
+        if out.error.is_some() {
+            tracing::error!(
+                held = out.missed.len(),
+                "the shield missed a purge; the CDNs are not sent what it missed until it is purged of it"
+            );
+        }
+        (vec![(out, events)], passed)
+    }
+
+    /// The least time the documented limits allow for `request` through the whole fan-out:
+    /// the shield's (it goes first), then the slowest provider's.
+    pub fn ideal_time(&self, request: &PurgeRequest) -> Duration {
+        self.ideal(request)
+    }
+
     fn ideal(&self, request: &PurgeRequest) -> Duration {
-        self.ideal_times(request)
-            .first()
-            .map(|t| t.1)
-            .unwrap_or_default()
+        let shield = self
+            .shield
+            .as_ref()
+            .and_then(|s| Self::ideal_for(s, request))
+            .unwrap_or_default();
+        let edges = self
+            .members
+            .iter()
+            .filter_map(|m| Self::ideal_for(m, request))
+            .max()
+            .unwrap_or_default();
+        shield + edges
     }
 
     fn finish(
         &self,
         outcomes: Vec<(MemberOutcome, Vec<Event>)>,
+        held: Vec<ProviderId>,
         watch: Stopwatch,
         ideal: Duration,
     ) -> Result<FanoutReport, FanoutError> {
@@ -777,6 +929,7 @@ impl PurgeFanout {
         if !failures.is_empty() {
             return Err(FanoutError::Missed {
                 failures,
+                held,
                 receipts,
                 events,
             });
@@ -820,6 +973,26 @@ impl PurgeFanout {
             return self.purge(request).await;
         }
         let watch = Stopwatch::start();
+        let ideal = self.ideal(request);
+        let (mut outcomes, passed) = self.shield_first(request, watch).await;
+        let held = self.held_by(outcomes.first().map(|o| &o.0));
+        if let Some(passed) = &passed {
+            outcomes.extend(
+                self.queue_to_members(passed, &mut progress, watch, ideal)
+                    .await,
+            );
+        }
+        self.finish(outcomes, held, watch, ideal)
+    }
+
+    /// The queue of [`PurgeFanout::purge_queued`] over the providers (after the shield).
+    async fn queue_to_members(
+        &self,
+        request: &PurgeRequest,
+        progress: &mut impl FnMut(&QueueProgress),
+        watch: Stopwatch,
+        ideal: Duration,
+    ) -> Vec<(MemberOutcome, Vec<Event>)> {
         let items = batch::dedupe(request.scope.items());
         let chunk_size = self
             .members
@@ -829,7 +1002,6 @@ impl PurgeFanout {
             .min()
             .unwrap_or(1);
         let chunks = batch::chunks(&items, chunk_size);
-        let ideal = self.ideal(request);
         // The queue's own buckets: every budget of every provider, in chunk units, each tagged
         // with its provider so a provider that has failed (and is sent nothing more) stops
         // setting the pace.
@@ -939,7 +1111,7 @@ impl PurgeFanout {
             state.elapsed = watch.elapsed();
             progress(&state);
         }
-        let outcomes = outcomes
+        outcomes
             .into_iter()
             .zip(events)
             .map(|(out, missed)| {
@@ -947,7 +1119,6 @@ impl PurgeFanout {
                 let events = missed.into_iter().chain(recovered).collect();
                 (out, events)
             })
-            .collect();
-        self.finish(outcomes, watch, ideal)
+            .collect()
     }
 }
