@@ -5,6 +5,7 @@
 //! cargo run --example policy -- check examples/policy.yaml
 //! cargo run --example policy -- render examples/policy.yaml --provider fastly
 //! cargo run --example policy -- render examples/policy.yaml --out rendered/
+//! cargo run --example policy -- render examples/policy-shield.yaml --provider shield
 //! ```
 //!
 //! `render` prints Fastly VCL snippets and Cloudflare rulesets from the policy's `cache`
@@ -12,6 +13,8 @@
 //! control), and prints a warning on stderr for every feature a provider cannot express as
 //! written. With `--strict`, a feature a provider cannot express at all is an error. With
 //! `--out DIR`, each rendering is written to `DIR/fastly.vcl` and `DIR/cloudflare.json`.
+//! A policy with a `shield` section also renders the origin shield's Varnish VCL
+//! (`shield.vcl`) from the same cache section, with its origin and purge ACL.
 //!
 //! Exit codes: 0 valid (check) or rendered (render); 1 the file cannot be read (or `--out`
 //! cannot be written); 2 invalid (every problem printed with file:line:column and the field),
@@ -63,7 +66,8 @@ enum Command {
         /// rest and warning.
         #[arg(long)]
         strict: bool,
-        /// Write `fastly.vcl` and `cloudflare.json` into this directory instead of stdout.
+        /// Write `fastly.vcl`, `cloudflare.json` (and `shield.vcl`) into this directory
+        /// instead of stdout.
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
@@ -76,7 +80,9 @@ enum Vendor {
     Fastly,
     /// Cloudflare cache and header rulesets.
     Cloudflare,
-    /// Both.
+    /// The origin shield's Varnish VCL (needs the policy's `shield` section).
+    Shield,
+    /// Every one the policy has.
     All,
 }
 
@@ -184,6 +190,38 @@ fn render(path: &Path, vendor: Vendor, strict: bool, out: Option<&Path>) -> Exit
                 refused = true;
             }
         }
+    }
+    match (&policy.shield, vendor) {
+        (Some(spec), Vendor::Shield | Vendor::All) => {
+            let target = multicdn_providers::render::shield_vcl::ShieldTarget::from_spec(spec);
+            match multicdn_providers::render::shield_vcl::render_shield(
+                &policy.cache,
+                &target,
+                mode,
+            ) {
+                Ok(r) => {
+                    for w in &r.warnings {
+                        eprintln!("warning: shield: {w}");
+                    }
+                    rendered.push(Rendered {
+                        file: "shield.vcl",
+                        text: r.vcl,
+                    });
+                }
+                Err(e) => {
+                    eprintln!("error: {}: {e}", path.display());
+                    refused = true;
+                }
+            }
+        }
+        (None, Vendor::Shield) => {
+            eprintln!(
+                "error: {}: the policy has no shield section; add one (url, origin_host, purgers) to render the shield",
+                path.display()
+            );
+            return ExitCode::from(2);
+        }
+        _ => {}
     }
     if refused {
         eprintln!("rendering refused; nothing written");

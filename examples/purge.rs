@@ -12,6 +12,11 @@
 //! the policy's `token_env` fields name; they are never printed. `--fastly-api` and
 //! `--cloudflare-api` point the adapters at another API address (an emulator on loopback).
 //!
+//! With a `shield` section in the policy, the origin shield is purged first (`PURGE` to
+//! `shield.url`, or `--shield-api`) and the CDNs only with what it acknowledged: a CDN purged
+//! before the shield would refill from the shield's stale copy. What the shield misses is
+//! held back from every CDN (printed as `HELD`) and the purge exits 1.
+//!
 //! `--dry-run` sends nothing: it prints, per provider, the items, the batches and requests it
 //! would get, and the least time its documented limits allow (the slowest provider's is the
 //! fan-out's). Without it, the purge runs and prints, per provider, the purge ids, requests,
@@ -84,6 +89,9 @@ struct Cli {
     /// Cloudflare API base URL (default https://api.cloudflare.com/client/v4).
     #[arg(long, value_name = "URL")]
     cloudflare_api: Option<String>,
+    /// Where the origin shield takes PURGE requests, instead of the policy's shield.url.
+    #[arg(long, value_name = "URL")]
+    shield_api: Option<String>,
     /// Each request's deadline.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = common::parse_duration)]
     timeout: Duration,
@@ -150,6 +158,7 @@ fn fanout(cli: &Cli, policy: &Policy) -> Result<PurgeFanout, Fail> {
         &common::VendorApis {
             fastly: cli.fastly_api.clone(),
             cloudflare: cli.cloudflare_api.clone(),
+            shield: cli.shield_api.clone(),
         },
         cli.dry_run,
     )
@@ -197,7 +206,10 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
             "error: purge refused, nothing was sent: {reason}"
         ))),
         Err(FanoutError::Missed {
-            failures, receipts, ..
+            failures,
+            held,
+            receipts,
+            ..
         }) => {
             for r in &receipts {
                 print_receipt(r);
@@ -226,12 +238,29 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
                     );
                 }
             }
-            let names: Vec<&str> = failures.iter().map(|f| f.provider.as_str()).collect();
-            eprintln!(
-                "purge missed on {}: demote {} until purged, then run the purge again",
-                names.join(", "),
-                if names.len() == 1 { "it" } else { "them" }
-            );
+            for h in &held {
+                common::out!(
+                    "{:<12} HELD: not sent what the shield missed (purged before the shield, it would refill from the shield's stale copy)",
+                    h.as_str()
+                );
+            }
+            let cdns: Vec<&str> = failures
+                .iter()
+                .map(|f| f.provider.as_str())
+                .filter(|p| fanout.shield().is_none_or(|s| s.provider().as_str() != *p))
+                .collect();
+            if cdns.len() < failures.len() {
+                eprintln!(
+                    "the origin shield missed the purge: nothing it missed was sent to the CDNs; run the purge again once the shield answers"
+                );
+            }
+            if !cdns.is_empty() {
+                eprintln!(
+                    "purge missed on {}: demote {} until purged, then run the purge again",
+                    cdns.join(", "),
+                    if cdns.len() == 1 { "it" } else { "them" }
+                );
+            }
             Ok(FINDING)
         }
         Err(other) => Err(Fail::error(format!("error: {other}"))),
@@ -257,7 +286,7 @@ fn print_receipt(r: &PurgeReceipt) {
 fn dry_run(fanout: &PurgeFanout, request: &PurgeRequest, items: usize) -> Result<u8, Fail> {
     let ideal = fanout.ideal_times(request);
     let mut refused = Vec::new();
-    for m in fanout.members() {
+    for m in fanout.shield().into_iter().chain(fanout.members()) {
         let provider = m.provider();
         if let Err(feature) = m.pacing().check(request) {
             common::out!("{:<12} REFUSED: {feature}", provider.as_str());
@@ -286,10 +315,16 @@ fn dry_run(fanout: &PurgeFanout, request: &PurgeRequest, items: usize) -> Result
             refused.join("; ")
         )));
     }
-    if let Some((slowest, t)) = ideal.first() {
+    let shield = fanout.shield().map(|s| s.provider());
+    if let Some((slowest, _)) = ideal.iter().find(|(p, _)| Some(p) != shield) {
         common::out!(
-            "ideal fan-out time: {} ({slowest} is the slowest); nothing was sent",
-            ms(*t)
+            "ideal fan-out time: {} ({slowest} is the slowest CDN{}); nothing was sent",
+            ms(fanout.ideal_time(request)),
+            if shield.is_some() {
+                ", after the shield"
+            } else {
+                ""
+            }
         );
     }
     Ok(OK)

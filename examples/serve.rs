@@ -363,16 +363,23 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
         Some(l) => common::VendorApis {
             fastly: Some(l.purge.fastly_base()),
             cloudflare: Some(l.purge.cloudflare_base()),
+            shield: None,
         },
         None => common::VendorApis {
             fastly: cli.fastly_api.clone(),
             cloudflare: cli.cloudflare_api.clone(),
+            shield: None,
         },
     };
     if demo {
         // The emulated purge APIs take any token.
         for spec in policy.providers.values_mut() {
             spec.token_env = None;
+        }
+        if policy.shield.take().is_some() {
+            eprintln!(
+                "note: the loopback demo has no origin shield; purges skip the policy's shield section"
+            );
         }
     }
     let fanout =

@@ -70,6 +70,20 @@ pub fn policy_summary(policy: &Policy, path: &Path) -> String {
             d.name, d.share, d.to, d.at, d.hold, d.abort.p90_rise, d.abort.error_rise
         );
     }
+    if let Some(sh) = &policy.shield {
+        let _ = writeln!(
+            out,
+            "shield: Varnish in front of the origin {}:{}, purged first at {} from {}",
+            sh.origin_host,
+            sh.origin_port,
+            sh.url,
+            sh.purgers
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let h = &policy.health;
     let _ = writeln!(
         out,

@@ -1047,3 +1047,96 @@ fn policy_check_summarises_the_standby_its_fallback_and_its_drill() {
         "{text}"
     );
 }
+
+#[test]
+fn the_shield_is_rendered_from_the_policy_and_a_shield_that_misses_holds_the_cdns_back() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/policy-standby.yaml");
+    let out = run("policy", &["check", path], &[]);
+    assert!(
+        stdout(&out).contains(
+            "shield: Varnish in front of the origin origin.internal.example.com:8080, purged first at http://shield.internal.example.com:6081/ from 10.20.0.5, 10.20.0.6"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    let out = run("policy", &["render", path, "--provider", "shield"], &[]);
+    let vcl = stdout(&out);
+    assert_eq!(code(&out), 0, "{vcl}{}", stderr(&out));
+    assert!(vcl.starts_with("vcl 4.1;"), "{vcl}");
+    assert!(
+        vcl.contains(".host = \"origin.internal.example.com\";"),
+        "{vcl}"
+    );
+    assert!(
+        vcl.contains("\"10.20.0.5\";") && vcl.contains("\"10.20.0.6\";"),
+        "{vcl}"
+    );
+    // The grace approximation is said, not hidden.
+    assert!(
+        stderr(&out).contains("warning: shield:"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(
+        "policy",
+        &["render", &policy(), "--provider", "shield"],
+        &[],
+    );
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("no shield section"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The shield not answering: the CDNs are sent nothing, and the purge exits 1.
+    let rt = Runtime::new().unwrap();
+    let api = rt.block_on(PurgeApi::start()).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://127.0.0.1:{}/", closed.local_addr().unwrap().port());
+    drop(closed);
+    let args = [
+        "--policy",
+        path,
+        "--fastly-api",
+        &api.fastly_base(),
+        "--cloudflare-api",
+        &api.cloudflare_base(),
+        "--shield-api",
+        &dead,
+        "--timeout",
+        "2s",
+        "--tag",
+        "product-1",
+    ];
+    let out = run("purge", &args, &TOKENS);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 1, "{text}{}", stderr(&out));
+    assert!(text.contains("shield       MISSED 1 tags"), "{text}");
+    assert!(text.contains("fastly       HELD"), "{text}");
+    assert!(text.contains("cloudflare   HELD"), "{text}");
+    assert!(
+        stderr(&out).contains("the origin shield missed the purge"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("demote"), "{}", stderr(&out));
+    assert!(
+        api.purged().is_empty(),
+        "a CDN was purged past the shield: {:?}",
+        api.purged()
+    );
+
+    // A dry run lists the shield first.
+    let mut dry = args.to_vec();
+    dry.push("--dry-run");
+    let out = run("purge", &dry, &TOKENS);
+    let text = stdout(&out);
+    assert_eq!(code(&out), 0, "{text}");
+    let shield_at = text.find("shield       1 batch").unwrap();
+    assert!(
+        shield_at < text.find("fastly       1 batch").unwrap(),
+        "{text}"
+    );
+    assert!(text.contains("after the shield"), "{text}");
+}

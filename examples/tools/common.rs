@@ -199,10 +199,13 @@ pub(crate) struct VendorApis {
     pub(crate) fastly: Option<String>,
     /// Cloudflare's API base.
     pub(crate) cloudflare: Option<String>,
+    /// The origin shield's purge address, instead of the policy's `shield.url`.
+    pub(crate) shield: Option<String>,
 }
 
 /// Every provider of the policy as one purge fan-out, each with the token its `token_env`
-/// names (a stand-in token when `dry_run`, with a note).
+/// names (a stand-in token when `dry_run`, with a note), behind the policy's origin shield
+/// when it has one (purged first).
 pub(crate) fn purge_fanout(
     policy: &Policy,
     policy_path: &Path,
@@ -273,5 +276,18 @@ pub(crate) fn purge_fanout(
             }
         }
     }
-    Ok(PurgeFanout::new(members))
+    let fanout = PurgeFanout::new(members);
+    let Some(spec) = &policy.shield else {
+        return Ok(fanout);
+    };
+    let id = multicdn_core::ProviderId::new(multicdn_providers::shield::SHIELD_ID)
+        .map_err(|e| Fail::error(format!("error: {e}")))?;
+    let shield = multicdn_providers::shield::ShieldPurger::from_spec(
+        id,
+        spec,
+        apis.shield.as_deref(),
+        settings.clone(),
+    )
+    .map_err(|e| Fail::error(format!("error: {}: shield.url: {e}", policy_path.display())))?;
+    Ok(fanout.with_shield(FanoutMember::new(Arc::new(shield))))
 }
