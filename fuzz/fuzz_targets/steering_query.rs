@@ -12,10 +12,13 @@ fuzz_target!(|data: &[u8]| {
     for protocol in [Protocol::Hls, Protocol::Dash] {
         let request = SteeringRequest::from_query_string(protocol, query, Vec::new());
         let _ = request.param(protocol.pathway_param());
-        if let Ok(measured) = parse_measurements(&request, Timestamp::from_secs(1_764_504_000)) {
-            for m in &measured {
-                let _ = m.provider();
-            }
+        let read = parse_measurements(&request, Timestamp::from_secs(1_764_504_000));
+        assert!(read.measurements.len() <= 16, "more measurements than the cap");
+        for m in &read.measurements {
+            let _ = m.provider();
+        }
+        for e in &read.rejected {
+            let _ = e.to_string();
         }
     }
 });

@@ -170,7 +170,7 @@ async fn hls_reports_become_measurements_and_malformed_ones_errors() {
     ] {
         let r = h.handle(&req(Protocol::Hls, q, &[]), t(5));
         assert_eq!(r.status, 200, "a bad report never breaks the manifest");
-        let err: &MeasurementError = r.rejected.as_ref().unwrap();
+        let err: &MeasurementError = r.rejected.first().unwrap();
         assert!(err.to_string().contains(want), "{q}: {err}");
         assert!(r.measurements.is_empty());
     }
@@ -257,23 +257,111 @@ async fn an_incident_shortens_the_ttl_until_it_ends() {
 }
 
 #[tokio::test]
-async fn overload_answers_429_with_retry_after_and_recovers() {
+async fn overload_keeps_hls_sessions_with_a_long_ttl_and_tells_dash_to_retry_after() {
     let pl = plan(&[("default", &["*"], &[("cdn-a", 10_000)])]);
     let config = SteeringConfig::default().rate_limit(RateLimit {
         per_second: 0.5,
         burst: 3,
     });
     let (h, _) = serving(config, &pl).await;
-    let r = |s| h.handle(&req(Protocol::Hls, "", &[]), t(s));
+    let r = |protocol, s| h.handle(&req(protocol, "", &[]), t(s));
     for _ in 0..3 {
-        assert_eq!(r(0).status, 200);
+        assert_eq!(r(Protocol::Hls, 0).status, 200);
     }
-    let limited = r(0);
+    // hls.js stops asking for good after a 429: it gets the plan with a long TTL instead.
+    let limited = r(Protocol::Hls, 0);
+    assert_eq!(limited.status, 200);
+    assert!(limited.limited);
+    assert_eq!(limited.manifest.as_ref().unwrap().ttl, 600);
+    assert_eq!(limited.manifest.unwrap().pathway_priority, ["cdn-a"]);
+    // dash.js honours Retry-After.
+    let limited = r(Protocol::Dash, 0);
     assert_eq!(limited.status, 429);
     assert_eq!(limited.header("Retry-After"), Some("2"));
     assert!(limited.manifest.is_none());
     assert!(serde_json::from_str::<Value>(&limited.body).unwrap()["error"].is_string());
-    assert_eq!(r(2).status, 200);
+    let again = r(Protocol::Hls, 2);
+    assert_eq!((again.status, again.limited), (200, false));
+    assert_eq!(again.manifest.unwrap().ttl, 300);
+}
+
+#[tokio::test]
+async fn each_client_has_its_own_limit() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 10_000)])]);
+    let config = SteeringConfig::default().client_limit(RateLimit {
+        per_second: 0.1,
+        burst: 2,
+    });
+    let (h, _) = serving(config, &pl).await;
+    let from = |ip: [u8; 4]| {
+        h.handle(
+            &req(Protocol::Dash, "", &[]).from_client(std::net::IpAddr::from(ip)),
+            t(0),
+        )
+    };
+    assert_eq!(from([192, 0, 2, 1]).status, 200);
+    assert_eq!(from([192, 0, 2, 1]).status, 200);
+    assert_eq!(from([192, 0, 2, 1]).status, 429, "its burst is spent");
+    assert_eq!(
+        from([192, 0, 2, 2]).status,
+        200,
+        "another client is not held back"
+    );
+}
+
+#[tokio::test]
+async fn the_ttl_is_short_during_a_failover_and_for_one_ttl_after_a_plan_change() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 6_000), ("cdn-b", 4_000)])]);
+    let config = SteeringConfig::default()
+        .ttl(Duration::from_secs(30))
+        .incident_ttl(Duration::from_secs(5));
+    let (h, steerer) = serving(config, &pl).await;
+    let ttl = |s| {
+        h.handle(&req(Protocol::Hls, "", &[]), t(s))
+            .manifest
+            .unwrap()
+            .ttl
+    };
+    assert_eq!(ttl(0), 30, "the first plan is not a change");
+    let changed = plan(&[("default", &["*"], &[("cdn-a", 2_000), ("cdn-b", 8_000)])]);
+    steerer
+        .apply(&changed, &multicdn_core::ApplyOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(ttl(100), 5, "just after a change");
+    assert_eq!(ttl(129), 5);
+    assert_eq!(ttl(131), 30, "one normal TTL later");
+    steerer.shared_plan().set_unavailable([p("cdn-a")].into());
+    // The unavailable set is a change of its own, and a failover for as long as it lasts.
+    assert_eq!(ttl(500), 5);
+    assert_eq!(ttl(900), 5);
+}
+
+#[tokio::test]
+async fn a_session_whose_throughput_collapses_is_offered_the_alternative_first() {
+    let pl = plan(&[("default", &["*"], &[("cdn-a", 10_000 - 1), ("cdn-b", 1)])]);
+    let (h, _) = serving(SteeringConfig::default(), &pl).await;
+    let ask = |q: &str, s| {
+        h.handle(&req(Protocol::Hls, q, &[]), t(s))
+            .manifest
+            .unwrap()
+            .pathway_priority
+    };
+    let first = ask("session=s1", 0);
+    assert_eq!(first, ["cdn-a", "cdn-b"]);
+    assert_eq!(
+        ask("session=s1&_HLS_pathway=cdn-a&_HLS_throughput=8000000", 30),
+        ["cdn-a", "cdn-b"]
+    );
+    // A quarter of its best on cdn-a: offered cdn-b first, cdn-a kept second.
+    assert_eq!(
+        ask("session=s1&_HLS_pathway=cdn-a&_HLS_throughput=2000000", 60),
+        ["cdn-b", "cdn-a"]
+    );
+    // Another session in the same cohort is unaffected.
+    assert_eq!(ask("session=s2", 60), ["cdn-a", "cdn-b"]);
+    // After the hold (5 minutes), the plan's order again.
+    assert_eq!(ask("session=s1", 400), ["cdn-a", "cdn-b"]);
 }
 
 #[test]

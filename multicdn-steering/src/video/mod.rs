@@ -7,7 +7,12 @@
 //!   the engine's plan into per-cohort, per-session pathway orders.
 //! - [`server`]: [`ContentSteering`], the framework-free handler: request in, status, headers
 //!   and JSON body out; players' `_HLS_`/`_DASH_` reports out as [`PathwayMeasurement`]s; a
-//!   shorter TTL during incidents; `429` with `Retry-After` under overload.
+//!   shorter TTL during incidents, failovers and plan changes; per-client limits, answered
+//!   without ending an HLS session (a 200 with a longer TTL) and with `429` and `Retry-After`
+//!   for DASH.
+//! - [`sessions`]: what the handler remembers per session and client, bounded, and the
+//!   collapse rule ([`RerouteRule`]) that offers a session whose throughput collapsed the
+//!   alternative first.
 //! - [`topology`]: nodes, client populations and the failover rule that spreads clients over
 //!   the nearest nodes with room.
 //! - [`shedding`]: the bitrate ladder and [`QualityGovernor`], which caps quality above a
@@ -58,6 +63,7 @@ pub mod actuator;
 pub mod drain;
 pub mod manifest;
 pub mod server;
+pub mod sessions;
 pub mod shedding;
 pub mod sim;
 pub mod svg;
@@ -67,9 +73,12 @@ pub use actuator::{ContentSteeringSteerer, PlanInForce, SharedPlan, pathway_prio
 pub use drain::{Drain, DrainConfig};
 pub use manifest::{PathwayClone, SteeringManifest, UriReplacement};
 pub use server::{
-    ContentSteering, MeasurementError, PathwayMeasurement, Protocol, RateLimit, SteeringConfig,
-    SteeringRequest, SteeringResponse,
+    ContentSteering, MeasurementError, PathwayMeasurement, Protocol, RateLimit, Reports,
+    SteeringConfig, SteeringRequest, SteeringResponse,
 };
-pub use shedding::{BitrateLadder, QualityGovernor, Rung, SheddingConfig, cmsd_dynamic};
+pub use sessions::RerouteRule;
+pub use shedding::{
+    BitrateLadder, QualityGovernor, Rung, SheddingConfig, cmsd_dynamic, cmsd_dynamic_lifted,
+};
 pub use sim::{Scenario, SimEvent, Timeline, simulate};
 pub use topology::{Node, NodeHealth, Population, Topology};

@@ -17,6 +17,7 @@
 //!    seconds rather than minutes), `RELOAD-URI` with `session` and the plan `version`, the
 //!    order, and the configured `PATHWAY-CLONES`.
 
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -25,6 +26,7 @@ use multicdn_core::{CohortId, NetworkKey, ProviderId, Timestamp};
 
 use super::actuator::{SharedPlan, cohort_for, fnv1a, pathway_priority};
 use super::manifest::{PathwayClone, SteeringManifest, is_valid_pathway_id};
+use super::sessions::{Clients, RerouteRule, Sessions};
 
 /// Which player family asks: it names the query parameters players report with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,6 +64,8 @@ pub struct SteeringRequest {
     pub query: Vec<(String, String)>,
     /// The client's networks (ASN, country, continent), as resolved by the caller.
     pub networks: Vec<NetworkKey>,
+    /// The client's address, for per-client limits (`None`: not limited per client).
+    pub client: Option<IpAddr>,
 }
 
 impl SteeringRequest {
@@ -79,7 +83,14 @@ impl SteeringRequest {
             protocol,
             query,
             networks,
+            client: None,
         }
+    }
+
+    /// The same request from `client` (per-client limits apply to it).
+    pub fn from_client(mut self, client: IpAddr) -> SteeringRequest {
+        self.client = Some(client);
+        self
     }
 
     /// The first value of a query parameter.
@@ -175,63 +186,80 @@ fn parse_bps(value: &str) -> Option<u64> {
     (f.is_finite() && f >= 0.0 && f < u64::MAX as f64).then(|| f.round() as u64)
 }
 
-/// Reads the players' pathway reports from a request. No report is `Ok(vec![])`; a pathway
-/// without a throughput is not a measurement and is skipped.
-pub fn parse_measurements(
-    request: &SteeringRequest,
-    at: Timestamp,
-) -> Result<Vec<PathwayMeasurement>, MeasurementError> {
+/// What a request reported: the measurements read, and why any entry was not.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reports {
+    /// One per pathway with a throughput, in the order reported.
+    pub measurements: Vec<PathwayMeasurement>,
+    /// Entries that could not be read; the rest of the report still counts.
+    pub rejected: Vec<MeasurementError>,
+}
+
+/// Reads the players' pathway reports from a request, leniently: pathways and throughputs are
+/// paired by position; a pair with an empty value (dash.js sends `_DASH_throughput=87231000,`
+/// for a location it has no sample for) is skipped, a pair that is malformed is skipped and
+/// named in [`Reports::rejected`], and the other pairs still count. Two lists of different
+/// lengths cannot be paired safely, so none of their pairs count. No report is empty
+/// [`Reports`].
+pub fn parse_measurements(request: &SteeringRequest, at: Timestamp) -> Reports {
     let pathway_param = request.protocol.pathway_param();
     let throughput_param = request.protocol.throughput_param();
+    let mut out = Reports::default();
     let (Some(pathways), Some(throughputs)) = (
         request.param(pathway_param),
         request.param(throughput_param),
     ) else {
-        return Ok(Vec::new());
+        return out;
     };
-    let pathways = list(pathways);
-    let throughputs = list(throughputs);
-    if pathways.len() > MAX_REPORTED_PATHWAYS {
-        return Err(MeasurementError::TooMany {
-            param: pathway_param,
-            count: pathways.len(),
-        });
-    }
+    let mut pathways = list(pathways);
+    let mut throughputs = list(throughputs);
     if pathways.len() != throughputs.len() {
-        return Err(MeasurementError::CountMismatch {
+        out.rejected.push(MeasurementError::CountMismatch {
             pathway_param,
             throughput_param,
             pathways: pathways.len(),
             throughputs: throughputs.len(),
         });
+        return out;
+    }
+    if pathways.len() > MAX_REPORTED_PATHWAYS {
+        out.rejected.push(MeasurementError::TooMany {
+            param: pathway_param,
+            count: pathways.len(),
+        });
+        pathways.truncate(MAX_REPORTED_PATHWAYS);
+        throughputs.truncate(MAX_REPORTED_PATHWAYS);
     }
     let network = request
         .networks
         .iter()
         .min_by_key(|n| n.granularity())
         .copied();
-    pathways
-        .into_iter()
-        .zip(throughputs)
-        .map(|(p, t)| {
-            if !is_valid_pathway_id(p) {
-                return Err(MeasurementError::PathwayId {
-                    param: pathway_param,
-                    value: p.to_owned(),
-                });
-            }
-            let throughput_bps = parse_bps(t).ok_or_else(|| MeasurementError::Throughput {
-                param: throughput_param,
-                value: t.to_owned(),
-            })?;
-            Ok(PathwayMeasurement {
+    for (p, t) in pathways.into_iter().zip(throughputs) {
+        if p.is_empty() || t.is_empty() {
+            continue;
+        }
+        if !is_valid_pathway_id(p) {
+            out.rejected.push(MeasurementError::PathwayId {
+                param: pathway_param,
+                value: p.chars().take(80).collect(),
+            });
+            continue;
+        }
+        match parse_bps(t) {
+            Some(throughput_bps) => out.measurements.push(PathwayMeasurement {
                 pathway: p.to_owned(),
                 throughput_bps,
                 network,
                 at,
-            })
-        })
-        .collect()
+            }),
+            None => out.rejected.push(MeasurementError::Throughput {
+                param: throughput_param,
+                value: t.chars().take(80).collect(),
+            }),
+        }
+    }
+    out
 }
 
 /// A bound on manifest requests: `per_second` sustained, `burst` at once.
@@ -245,14 +273,14 @@ pub struct RateLimit {
 
 /// A token bucket driven by the time it is given.
 #[derive(Debug)]
-struct Bucket {
+pub(crate) struct Bucket {
     limit: RateLimit,
     tokens: f64,
     last: Option<Timestamp>,
 }
 
 impl Bucket {
-    fn new(mut limit: RateLimit) -> Bucket {
+    pub(crate) fn new(mut limit: RateLimit) -> Bucket {
         // A rate that is not a positive number never refills: the burst, then 429s.
         if !limit.per_second.is_finite() || limit.per_second < 0.0 {
             limit.per_second = 0.0;
@@ -265,7 +293,7 @@ impl Bucket {
     }
 
     /// Takes a token, or says how long until one is available.
-    fn take(&mut self, now: Timestamp) -> Result<(), Duration> {
+    pub(crate) fn take(&mut self, now: Timestamp) -> Result<(), Duration> {
         if let Some(last) = self.last {
             let refill = now.since(last).as_secs_f64() * self.limit.per_second;
             self.tokens = (self.tokens + refill).min(f64::from(self.limit.burst));
@@ -301,8 +329,20 @@ pub struct SteeringConfig {
     pub clones: Vec<PathwayClone>,
     /// The order served while no plan is in force. Empty: answer 503 until a plan arrives.
     pub default_pathways: Vec<ProviderId>,
-    /// The overload bound; `None` answers every request.
+    /// The overload bound over every client; `None`: none.
     pub rate_limit: Option<RateLimit>,
+    /// The bound per client address; `None`: none.
+    pub client_limit: Option<RateLimit>,
+    /// The `TTL` an HLS player gets instead of a 429 when a limit is reached (hls.js stops
+    /// asking for good after a 429): a 200 with the plan's order, asking it back later.
+    pub overload_ttl: Duration,
+    /// The collapse rule ([`RerouteRule`]); [`RerouteRule::off`] serves every session its plan
+    /// order.
+    pub reroute: RerouteRule,
+    /// Most sessions remembered (beyond them, sessions get their plan order, unremembered).
+    pub max_sessions: usize,
+    /// Most client addresses with a bucket of their own.
+    pub max_clients: usize,
 }
 
 impl Default for SteeringConfig {
@@ -315,6 +355,11 @@ impl Default for SteeringConfig {
             clones: Vec::new(),
             default_pathways: Vec::new(),
             rate_limit: None,
+            client_limit: None,
+            overload_ttl: Duration::from_secs(600),
+            reroute: RerouteRule::default(),
+            max_sessions: 200_000,
+            max_clients: 65_536,
         }
     }
 }
@@ -351,10 +396,50 @@ impl SteeringConfig {
         self
     }
 
-    /// Bounds the request rate.
+    /// Bounds the request rate over every client.
     pub fn rate_limit(mut self, limit: RateLimit) -> Self {
         self.rate_limit = Some(limit);
         self
+    }
+
+    /// Bounds each client address's request rate.
+    pub fn client_limit(mut self, limit: RateLimit) -> Self {
+        self.client_limit = Some(limit);
+        self
+    }
+
+    /// Sets the TTL HLS players get when a limit is reached.
+    pub fn overload_ttl(mut self, ttl: Duration) -> Self {
+        self.overload_ttl = ttl;
+        self
+    }
+
+    /// Sets the collapse rule.
+    pub fn reroute(mut self, rule: RerouteRule) -> Self {
+        self.reroute = rule;
+        self
+    }
+
+    /// The configuration a policy describes: `steering.ttl` as the TTL (and, shorter, while an
+    /// incident or a failover is in progress: the smaller of the TTL and 10 s), the live
+    /// providers then the standbys as the order before any plan arrives, and a per-client
+    /// limit of 2 requests a second (bursts of 20: a household of players starting together).
+    pub fn from_policy(policy: &multicdn_core::Policy) -> SteeringConfig {
+        let ttl = policy.steering.ttl.0.max(Duration::from_secs(1));
+        let (live, standby): (Vec<ProviderId>, Vec<ProviderId>) = policy
+            .providers
+            .keys()
+            .cloned()
+            .partition(|p| !policy.is_standby(p));
+        SteeringConfig::default()
+            .ttl(ttl)
+            .incident_ttl(ttl.min(Duration::from_secs(10)))
+            .overload_ttl((ttl * 4).max(Duration::from_secs(120)))
+            .default_pathways(live.into_iter().chain(standby).collect())
+            .client_limit(RateLimit {
+                per_second: 2.0,
+                burst: 20,
+            })
     }
 }
 
@@ -375,8 +460,11 @@ pub struct SteeringResponse {
     pub cohort: Option<CohortId>,
     /// The players' reports, for the scoreboard.
     pub measurements: Vec<PathwayMeasurement>,
-    /// Why the players' report was not read, when it was malformed.
-    pub rejected: Option<MeasurementError>,
+    /// The entries of the players' report that could not be read (the others count).
+    pub rejected: Vec<MeasurementError>,
+    /// Whether a limit was reached (HLS: answered 200 with [`SteeringConfig::overload_ttl`];
+    /// DASH: 429 with `Retry-After`).
+    pub limited: bool,
 }
 
 impl SteeringResponse {
@@ -402,7 +490,8 @@ impl SteeringResponse {
             session: None,
             cohort: None,
             measurements: Vec::new(),
-            rejected: None,
+            rejected: Vec::new(),
+            limited: false,
         }
     }
 }
@@ -414,7 +503,11 @@ pub struct ContentSteering {
     plan: SharedPlan,
     incident: AtomicBool,
     bucket: Option<Mutex<Bucket>>,
-    sessions: AtomicU64,
+    clients: Option<Mutex<Clients>>,
+    sessions: Mutex<Sessions>,
+    minted: AtomicU64,
+    /// The plan version last seen, and when it changed (`None` before the first change).
+    version: Mutex<(u64, Option<Timestamp>)>,
 }
 
 fn valid_session(s: &str) -> bool {
@@ -424,18 +517,41 @@ fn valid_session(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// A lock whose holder panicked still holds whole values (each update completes before the
+/// next); serve from it rather than fail every request after.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl ContentSteering {
     /// A handler serving the plan in `plan` (written by a
     /// [`ContentSteeringSteerer`](super::actuator::ContentSteeringSteerer)).
     pub fn new(config: SteeringConfig, plan: SharedPlan) -> ContentSteering {
         let bucket = config.rate_limit.map(|l| Mutex::new(Bucket::new(l)));
+        let clients = config
+            .client_limit
+            .map(|l| Mutex::new(Clients::new(l, config.max_clients.max(1))));
+        let sessions = Mutex::new(Sessions::new(config.max_sessions, config.reroute));
         ContentSteering {
             config,
             plan,
             incident: AtomicBool::new(false),
             bucket,
-            sessions: AtomicU64::new(0),
+            clients,
+            sessions,
+            minted: AtomicU64::new(0),
+            version: Mutex::new((0, None)),
         }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SteeringConfig {
+        &self.config
+    }
+
+    /// The plan served.
+    pub fn plan(&self) -> &SharedPlan {
+        &self.plan
     }
 
     /// Declares or ends an incident: while declared, manifests carry the incident TTL.
@@ -448,9 +564,32 @@ impl ContentSteering {
         self.incident.load(Ordering::SeqCst)
     }
 
-    /// The TTL manifests carry now.
+    /// The TTL served now: the short one while an incident is declared, while a failover is in
+    /// progress (a provider is unavailable) and for one normal TTL after the plan changed (so
+    /// sessions that reload during a change come back soon for the next step); the normal one
+    /// otherwise.
     pub fn current_ttl(&self) -> Duration {
-        if self.incident() {
+        let failover = self.plan.get().is_some_and(|p| !p.unavailable.is_empty());
+        if self.incident() || failover {
+            self.config.incident_ttl
+        } else {
+            self.config.ttl
+        }
+    }
+
+    /// [`ContentSteering::current_ttl`] at `now`, noting a plan change at `version`.
+    fn ttl_at(&self, version: u64, failover: bool, now: Timestamp) -> Duration {
+        let changed = {
+            let mut v = lock(&self.version);
+            if v.0 != version {
+                if v.0 != 0 {
+                    v.1 = Some(now);
+                }
+                v.0 = version;
+            }
+            v.1.is_some_and(|at| now.since(at) < self.config.ttl)
+        };
+        if self.incident() || failover || changed {
             self.config.incident_ttl
         } else {
             self.config.ttl
@@ -458,28 +597,45 @@ impl ContentSteering {
     }
 
     fn mint_session(&self, now: Timestamp) -> String {
-        let n = self.sessions.fetch_add(1, Ordering::Relaxed);
+        let n = self.minted.fetch_add(1, Ordering::Relaxed);
         let h = fnv1a(&[&now.as_millis().to_be_bytes(), &n.to_be_bytes()]);
         format!("{h:016x}")
     }
 
-    /// Answers one manifest request at time `now`.
-    pub fn handle(&self, request: &SteeringRequest, now: Timestamp) -> SteeringResponse {
-        if let Some(bucket) = &self.bucket {
-            let verdict = bucket.lock().unwrap_or_else(|e| e.into_inner()).take(now);
-            if let Err(wait) = verdict {
-                let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-                return SteeringResponse::error(
-                    429,
-                    "the steering server is overloaded; retry after the Retry-After delay",
-                    vec![("Retry-After".to_owned(), secs.to_string())],
-                );
-            }
+    /// Whether a limit refuses this request, and how long until it would not.
+    fn limited(&self, request: &SteeringRequest, now: Timestamp) -> Option<Duration> {
+        if let (Some(clients), Some(ip)) = (&self.clients, request.client)
+            && let Err(wait) = lock(clients).take(ip, now)
+        {
+            return Some(wait);
         }
-        let (measurements, rejected) = match parse_measurements(request, now) {
-            Ok(m) => (m, None),
-            Err(e) => (Vec::new(), Some(e)),
-        };
+        if let Some(bucket) = &self.bucket
+            && let Err(wait) = lock(bucket).take(now)
+        {
+            return Some(wait);
+        }
+        None
+    }
+
+    /// Answers one manifest request at time `now`: the limits (per client, then overall), the
+    /// players' reports, the session's cohort and pathway order from the plan in force
+    /// (providers unavailable left out, the collapse rule applied), and the TTL.
+    pub fn handle(&self, request: &SteeringRequest, now: Timestamp) -> SteeringResponse {
+        let limited = self.limited(request, now);
+        if let (Some(wait), Protocol::Dash) = (limited, request.protocol) {
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            let mut r = SteeringResponse::error(
+                429,
+                "the steering server is overloaded; retry after the Retry-After delay",
+                vec![("Retry-After".to_owned(), secs.to_string())],
+            );
+            r.limited = true;
+            return r;
+        }
+        let Reports {
+            measurements,
+            rejected,
+        } = parse_measurements(request, now);
         let session = request
             .param("session")
             .filter(|s| valid_session(s))
@@ -494,7 +650,7 @@ impl ContentSteering {
                         Some(&session),
                         c.cohort.as_str(),
                     )),
-                    Some(c.cohort.clone()),
+                    Some(c),
                     p.version,
                 ),
                 None => (
@@ -516,6 +672,26 @@ impl ContentSteering {
             r.rejected = rejected;
             return r;
         }
+        // Under a limit the answer is the plan's order, unremembered: the cheapest 200.
+        let order = if limited.is_some() {
+            order
+        } else {
+            let weighted = |p: &ProviderId| cohort.is_none_or(|c| c.weights.get(p) > 0);
+            lock(&self.sessions).serve(
+                &session,
+                cohort.map_or("", |c| c.cohort.as_str()),
+                &measurements,
+                order,
+                weighted,
+                now,
+            )
+        };
+        let failover = in_force.as_ref().is_some_and(|p| !p.unavailable.is_empty());
+        let ttl = if limited.is_some() {
+            self.config.overload_ttl
+        } else {
+            self.ttl_at(version, failover, now)
+        };
         let base = match request.protocol {
             Protocol::Hls => &self.config.hls_reload_uri,
             Protocol::Dash => &self.config.dash_reload_uri,
@@ -523,7 +699,7 @@ impl ContentSteering {
         let sep = if base.contains('?') { '&' } else { '?' };
         let reload = format!("{base}{sep}session={session}&version={version}");
         let manifest = SteeringManifest::new(
-            self.current_ttl().as_secs().max(1),
+            ttl.as_secs().max(1),
             order.iter().map(|p| p.as_str().to_owned()).collect(),
         )
         .with_reload_uri(reload)
@@ -541,9 +717,10 @@ impl ContentSteering {
             body,
             manifest: Some(manifest),
             session: Some(session),
-            cohort,
+            cohort: cohort.map(|c| c.cohort.clone()),
             measurements,
             rejected,
+            limited: limited.is_some(),
         }
     }
 }
@@ -592,7 +769,7 @@ mod tests {
             "_DASH_pathway=%22cdn-a%22,%22cdn-b%22&_DASH_throughput=5000000,1200000.4",
             vec![],
         );
-        let m = parse_measurements(&r, Timestamp::EPOCH).unwrap();
+        let m = parse_measurements(&r, Timestamp::EPOCH).measurements;
         assert_eq!(m.len(), 2);
         assert_eq!(
             (m[1].pathway.as_str(), m[1].throughput_bps),
@@ -607,21 +784,60 @@ mod tests {
             "_HLS_pathway=cdn-a&_HLS_throughput=-5",
             "_HLS_pathway=cdn-a&_HLS_throughput=NaN",
             "_HLS_pathway=cdn-a,cdn-b&_HLS_throughput=1",
-            "_HLS_pathway=&_HLS_throughput=1",
             "_HLS_pathway=cdn%20a&_HLS_throughput=1",
             "_HLS_pathway=a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a&_HLS_throughput=1",
         ];
         for q in bad {
-            assert!(
-                parse_measurements(&req(q), Timestamp::EPOCH).is_err(),
-                "{q}"
-            );
+            let r = parse_measurements(&req(q), Timestamp::EPOCH);
+            assert!(r.measurements.is_empty() && !r.rejected.is_empty(), "{q}");
         }
         assert!(
             parse_measurements(&req("_HLS_pathway=cdn-a"), Timestamp::EPOCH)
-                .unwrap()
+                .measurements
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn an_empty_or_bad_entry_skips_its_pathway_never_the_report() {
+        // dash.js with no sample for its second location.
+        let r = SteeringRequest::from_query_string(
+            Protocol::Dash,
+            "_DASH_pathway=cdn-a,cdn-b&_DASH_throughput=87231000,",
+            vec![],
+        );
+        let got = parse_measurements(&r, Timestamp::EPOCH);
+        assert_eq!(got.measurements.len(), 1);
+        assert_eq!(got.measurements[0].throughput_bps, 87_231_000);
+        assert!(got.rejected.is_empty(), "an empty value is not an error");
+        let got = parse_measurements(
+            &req("_HLS_pathway=,cdn-b&_HLS_throughput=1,2"),
+            Timestamp::EPOCH,
+        );
+        assert_eq!(got.measurements.len(), 1);
+        // One malformed entry among good ones: the good ones count, the bad one is named.
+        let got = parse_measurements(
+            &req("_HLS_pathway=cdn-a,cdn%20b,cdn-c&_HLS_throughput=5,6,x"),
+            Timestamp::EPOCH,
+        );
+        assert_eq!(got.measurements.len(), 1);
+        assert_eq!(got.rejected.len(), 2);
+        assert!(got.rejected[0].to_string().contains("not valid"));
+        // More than 16: the first 16 count, and the excess is named.
+        let many = (0..20)
+            .map(|i| format!("p{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let tps = vec!["1"; 20].join(",");
+        let got = parse_measurements(
+            &req(&format!("_HLS_pathway={many}&_HLS_throughput={tps}")),
+            Timestamp::EPOCH,
+        );
+        assert_eq!(got.measurements.len(), MAX_REPORTED_PATHWAYS);
+        assert!(matches!(
+            got.rejected[0],
+            MeasurementError::TooMany { count: 20, .. }
+        ));
     }
 
     #[test]
@@ -631,7 +847,7 @@ mod tests {
             "_HLS_pathway=cdn-a&_HLS_throughput=100",
             vec!["DE".parse().unwrap(), "AS3320".parse().unwrap()],
         );
-        let m = parse_measurements(&r, Timestamp::from_secs(5)).unwrap();
+        let m = parse_measurements(&r, Timestamp::from_secs(5)).measurements;
         assert_eq!(m[0].network, Some(NetworkKey::Asn(3320)));
         assert_eq!(m[0].at, Timestamp::from_secs(5));
         assert_eq!(m[0].provider().unwrap().as_str(), "cdn-a");
@@ -670,7 +886,7 @@ mod tests {
                 throughputs.join(",")
             );
             let r = SteeringRequest::from_query_string(Protocol::Hls, &q, vec![]);
-            let m = parse_measurements(&r, Timestamp::EPOCH).unwrap();
+            let m = parse_measurements(&r, Timestamp::EPOCH).measurements;
             prop_assert_eq!(m.len(), reports.len());
             for (got, (p, t)) in m.iter().zip(&reports) {
                 prop_assert_eq!(&got.pathway, p);

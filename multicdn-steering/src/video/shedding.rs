@@ -314,17 +314,26 @@ impl QualityGovernor {
     }
 
     /// The headers to add to chunk responses: `CMSD-Dynamic` and `X-CDN-Quality-Cap` while
-    /// capped, nothing otherwise.
+    /// capped; once a cap has been lifted, `CMSD-Dynamic` with the top rung's `mb` (dash.js
+    /// keeps the last `mb` it was sent until it is sent another, so saying nothing would leave
+    /// it capped); nothing before any cap.
     pub fn headers(&self) -> Result<Vec<(String, String)>, sfv::Error> {
-        match self.cap() {
-            Some(rung) => Ok(vec![
+        match (self.cap(), self.changed_at) {
+            (Some(rung), _) => Ok(vec![
                 (
                     "CMSD-Dynamic".to_owned(),
                     cmsd_dynamic(&self.node, rung.kbps)?,
                 ),
                 ("X-CDN-Quality-Cap".to_owned(), rung.name.clone()),
             ]),
-            None => Ok(Vec::new()),
+            (None, Some(_)) => match self.ladder.rungs().first() {
+                Some(top) => Ok(vec![(
+                    "CMSD-Dynamic".to_owned(),
+                    cmsd_dynamic_lifted(&self.node, top.kbps)?,
+                )]),
+                None => Ok(Vec::new()),
+            },
+            (None, None) => Ok(Vec::new()),
         }
     }
 }
@@ -337,6 +346,16 @@ pub fn cmsd_dynamic(node: &str, max_kbps: u32) -> Result<String, sfv::Error> {
         .parameter(KeyRef::constant("mb"), max_kbps)
         .parameter(KeyRef::constant("du"), true);
     // A list with one member always serialises.
+    Ok(ser.finish().unwrap_or_default())
+}
+
+/// The lift of a cap: `"<node>";mb=<the top rung's kbps>`, without the duress flag. A player
+/// that acts on `mb` (dash.js) keeps the last one it saw, so a cap is lifted by sending this,
+/// not by sending nothing.
+pub fn cmsd_dynamic_lifted(node: &str, top_kbps: u32) -> Result<String, sfv::Error> {
+    let mut ser = ListSerializer::new();
+    ser.bare_item(StringRef::from_str(node)?)
+        .parameter(KeyRef::constant("mb"), top_kbps);
     Ok(ser.finish().unwrap_or_default())
 }
 
@@ -405,6 +424,16 @@ mod tests {
             assert!(now < 1000);
         }
         assert_eq!(now, 120);
+        // Lifted: the top rung's mb, without duress, so a player holding the last mb lifts.
+        let h = g.headers().unwrap();
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(
+            h[0],
+            ("CMSD-Dynamic".to_owned(), "\"n\";mb=25000".to_owned())
+        );
+        // Before any cap: nothing.
+        let fresh = QualityGovernor::new("n", BitrateLadder::seed(), SheddingConfig::default());
+        assert!(fresh.headers().unwrap().is_empty());
     }
 
     #[test]
