@@ -1,18 +1,26 @@
-//! `content-steering`: a content-steering server for HLS and DASH players.
+//! `content-steering`: a content-steering server for HLS and DASH players, on its own.
 //!
 //! ```text
 //! cargo run -p multicdn-examples --example content-steering -- --listen 127.0.0.1:8080
-//! curl 'http://127.0.0.1:8080/hls.json?_HLS_pathway=cdn-a&_HLS_throughput=5000000' \
-//!      -H 'X-Client-Network: AS7922,US'
+//! curl 'http://127.0.0.1:8080/steering/hls.json?_HLS_pathway=cdn-a&_HLS_throughput=5000000'
+//! MULTICDN_ADMIN_TOKEN=secret cargo run -p multicdn-examples --example content-steering -- \
+//!     --policy examples/policy.yaml --admin-listen 127.0.0.1:8081
+//! curl -X POST -H 'Authorization: Bearer secret' http://127.0.0.1:8081/admin/steering/incident
 //! ```
 //!
-//! Players find it through `#EXT-X-CONTENT-STEERING:SERVER-URI="http://.../hls.json"` (HLS) or
-//! `<ContentSteering>http://.../dash.json</ContentSteering>` (DASH). The client's networks come
-//! from the `X-Client-Network` header an edge or load balancer sets (ASN, country, continent,
-//! comma-separated). `POST /incident` declares an incident (short TTL), `DELETE /incident` ends
-//! it. Players' throughput reports are logged as they arrive.
+//! Players find it through `#EXT-X-CONTENT-STEERING:SERVER-URI="http://.../steering/hls.json"`
+//! (HLS) or `<ContentSteering>http://.../steering/dash.json</ContentSteering>` (DASH). This
+//! serves a fixed plan (the policy's static weights, or cdn-a 70% / cdn-b 30%); the `serve`
+//! tool serves the same routes following every round of the Controller. The TTL is the
+//! policy's `steering.ttl` (`--ttl` overrides it), shorter while an incident is declared, a
+//! provider is out or the plan has just changed. Each client address has its own limit; an
+//! HLS client over it gets a 200 with a long TTL (hls.js stops for good after a 429), a DASH
+//! client a 429 with `Retry-After`. CORS allows `--origin` (default: the policy's site, or any
+//! origin without a policy). The incident switch is on `--admin-listen`, behind
+//! `MULTICDN_ADMIN_TOKEN`, never on the players' port. Connections are capped and headers
+//! must arrive within 10 s.
 //!
-//! Exit codes: 0 after Ctrl-C, 1 when the address cannot be bound or the policy cannot be read.
+//! Exit codes: 0 after Ctrl-C, 1 when an address cannot be bound or the policy cannot be read.
 
 #[path = "tools/common.rs"]
 mod common;
@@ -20,47 +28,46 @@ mod common;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use clap::Parser;
+use multicdn::service::steering::SteeringService;
+use multicdn::service::{ServeLimits, serve};
 use multicdn_core::{
-    ApplyOptions, Clock, CohortId, CohortPlan, NetworkKey, Policy, ProviderId, Steerer,
-    SteeringPlan, SystemClock, Weights,
+    ApplyOptions, CohortId, CohortPlan, NetworkKey, Policy, ProviderId, Steerer, SteeringPlan,
+    Weights,
 };
-use multicdn_steering::video::{
-    ContentSteering, ContentSteeringSteerer, Protocol, RateLimit, SharedPlan, SteeringConfig,
-    SteeringRequest,
-};
+use multicdn_steering::video::{ContentSteeringSteerer, RateLimit, SharedPlan, SteeringConfig};
 
-/// Serve content-steering manifests for HLS (/hls.json) and DASH (/dash.json).
+/// Serve content-steering manifests for HLS (/steering/hls.json) and DASH (/steering/dash.json).
 #[derive(Debug, Parser)]
 #[command(name = "content-steering", version)]
 struct Cli {
-    /// Address to listen on.
+    /// Address players reach.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// A multicdn policy file whose static plan is served. Without it: one cohort for every
-    /// network, cdn-a 70% and cdn-b 30%.
+    /// Address of the incident switch (keep it private); needs MULTICDN_ADMIN_TOKEN.
+    #[arg(long)]
+    admin_listen: Option<SocketAddr>,
+    /// A multicdn policy file: its static plan, steering.ttl and site. Without it: one cohort
+    /// for every network, cdn-a 70% and cdn-b 30%.
     #[arg(long)]
     policy: Option<PathBuf>,
-    /// Manifest TTL in seconds.
-    #[arg(long, default_value_t = 300)]
-    ttl: u64,
-    /// Manifest TTL in seconds while an incident is declared.
-    #[arg(long, default_value_t = 30)]
-    incident_ttl: u64,
+    /// Manifest TTL in seconds, instead of the policy's steering.ttl (300 without a policy).
+    #[arg(long)]
+    ttl: Option<u64>,
+    /// Manifest TTL in seconds while an incident is declared or a provider is out.
+    #[arg(long)]
+    incident_ttl: Option<u64>,
     /// Start with an incident declared.
     #[arg(long)]
     incident: bool,
-    /// Answer 429 with Retry-After above this many requests per second.
+    /// Bound on requests a second over every client (answered as for a client over its own).
     #[arg(long)]
     max_rps: Option<f64>,
+    /// Origins whose pages may fetch the manifests (repeatable; `*` for any).
+    #[arg(long = "origin", value_name = "ORIGIN")]
+    origins: Vec<String>,
 }
 
 fn default_plan() -> Result<SteeringPlan, Box<dyn std::error::Error>> {
@@ -79,112 +86,52 @@ fn default_plan() -> Result<SteeringPlan, Box<dyn std::error::Error>> {
     })
 }
 
-#[derive(Debug)]
-struct App {
-    handler: ContentSteering,
-    clock: SystemClock,
-}
-
-fn networks(headers: &HeaderMap) -> Vec<NetworkKey> {
-    headers
-        .get("x-client-network")
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
-        .unwrap_or_default()
-}
-
-fn serve(app: &App, protocol: Protocol, query: Option<String>, headers: &HeaderMap) -> Response {
-    let request = SteeringRequest::from_query_string(
-        protocol,
-        query.as_deref().unwrap_or(""),
-        networks(headers),
-    );
-    let r = app.handler.handle(&request, app.clock.now());
-    for m in &r.measurements {
-        let net = m
-            .network
-            .map(|n| n.to_string())
-            .unwrap_or_else(|| "?".into());
-        tracing::info!(
-            network = %net,
-            pathway = %m.pathway,
-            mbps = m.throughput_bps as f64 / 1e6,
-            "throughput report"
-        );
-    }
-    if let Some(e) = &r.rejected {
-        tracing::warn!("ignored a malformed report: {e}");
-    }
-    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut out = HeaderMap::new();
-    for (k, v) in &r.headers {
-        if let (Ok(k), Ok(v)) = (
-            HeaderName::try_from(k.as_str()),
-            HeaderValue::try_from(v.as_str()),
-        ) {
-            out.insert(k, v);
-        }
-    }
-    (status, out, r.body).into_response()
-}
-
 async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-    let plan = match &cli.policy {
-        Some(path) => Policy::load(path)?.static_plan(),
-        None => default_plan()?,
+    let policy = cli.policy.as_ref().map(Policy::load).transpose()?;
+    let (plan, mut config, origins) = match &policy {
+        Some(p) => (
+            p.static_plan(),
+            SteeringConfig::from_policy(p),
+            vec![format!("https://{}", p.site.host)],
+        ),
+        None => (
+            default_plan()?,
+            SteeringConfig::default().client_limit(RateLimit {
+                per_second: 2.0,
+                burst: 20,
+            }),
+            vec!["*".to_owned()],
+        ),
     };
-    let shared = SharedPlan::new();
-    let steerer = ContentSteeringSteerer::new(ProviderId::new("content-steering")?, shared.clone());
-    steerer.apply(&plan, &ApplyOptions::default()).await?;
-    let mut config = SteeringConfig::default()
-        .ttl(Duration::from_secs(cli.ttl.max(1)))
-        .incident_ttl(Duration::from_secs(cli.incident_ttl.max(1)));
+    if let Some(t) = cli.ttl {
+        config = config.ttl(Duration::from_secs(t.max(1)));
+    }
+    if let Some(t) = cli.incident_ttl {
+        config = config.incident_ttl(Duration::from_secs(t.max(1)));
+    }
     if let Some(rps) = cli.max_rps {
         config = config.rate_limit(RateLimit {
             per_second: rps,
             burst: rps.ceil().max(1.0) as u32,
         });
     }
-    let handler = ContentSteering::new(config, shared);
-    handler.set_incident(cli.incident);
-    let app = Arc::new(App {
-        handler,
-        clock: SystemClock,
-    });
-    let router = Router::new()
-        .route(
-            "/hls.json",
-            get(
-                |State(a): State<Arc<App>>, RawQuery(q): RawQuery, h: HeaderMap| async move {
-                    serve(&a, Protocol::Hls, q, &h)
-                },
-            ),
-        )
-        .route(
-            "/dash.json",
-            get(
-                |State(a): State<Arc<App>>, RawQuery(q): RawQuery, h: HeaderMap| async move {
-                    serve(&a, Protocol::Dash, q, &h)
-                },
-            ),
-        )
-        .route(
-            "/incident",
-            post(|State(a): State<Arc<App>>| async move {
-                a.handler.set_incident(true);
-                tracing::warn!(
-                    "incident declared: TTL {}s",
-                    a.handler.current_ttl().as_secs()
-                );
-                StatusCode::NO_CONTENT
-            })
-            .delete(|State(a): State<Arc<App>>| async move {
-                a.handler.set_incident(false);
-                tracing::info!("incident over: TTL {}s", a.handler.current_ttl().as_secs());
-                StatusCode::NO_CONTENT
-            }),
-        )
-        .with_state(app);
+    let shared = SharedPlan::new();
+    let steerer = ContentSteeringSteerer::new(ProviderId::new("content-steering")?, shared.clone());
+    steerer.apply(&plan, &ApplyOptions::default()).await?;
+    let origins = if cli.origins.is_empty() {
+        origins
+    } else {
+        cli.origins.clone()
+    };
+    let mut service = SteeringService::new(config, shared).origins(origins);
+    let token = std::env::var("MULTICDN_ADMIN_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty());
+    if let Some(t) = &token {
+        service = service.admin_token(t.clone());
+    }
+    service.handler().set_incident(cli.incident);
+
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", cli.listen))?;
@@ -193,16 +140,48 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     for c in &plan.cohorts {
         common::out!("  {}: {}", c.cohort, c.weights);
     }
-    common::out!("HLS  manifest: http://{addr}/hls.json");
-    common::out!("DASH manifest: http://{addr}/dash.json");
+    common::out!("HLS  manifest: http://{addr}/steering/hls.json");
+    common::out!("DASH manifest: http://{addr}/steering/dash.json");
+    let admin = match cli.admin_listen {
+        Some(a) => {
+            let l = tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("cannot listen on {a}: {e}"))?;
+            common::out!(
+                "incident switch: POST/DELETE http://{}/admin/steering/incident{}",
+                l.local_addr()?,
+                if token.is_some() {
+                    ""
+                } else {
+                    " (refused: MULTICDN_ADMIN_TOKEN is not set)"
+                }
+            );
+            Some(tokio::spawn(serve(
+                l,
+                service.admin_router(),
+                ServeLimits::default(),
+                ctrl_c(),
+            )))
+        }
+        None => None,
+    };
     common::out!("Ctrl-C to stop");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
-    common::out!("stopped");
+    serve(listener, service.router(), ServeLimits::default(), ctrl_c()).await?;
+    if let Some(a) = admin {
+        let _ = a.await;
+    }
+    let s = service.stats();
+    common::out!(
+        "stopped: {} served, {} over a limit, {} report entries skipped",
+        s.served,
+        s.limited,
+        s.rejected_reports
+    );
     Ok(())
+}
+
+async fn ctrl_c() {
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 #[tokio::main]

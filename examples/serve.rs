@@ -16,7 +16,9 @@
 //! The public listener serves `POST /rum/nav` and `/rum/cdn` (the beacons), `GET /rum/rum.js`
 //! (the browser script, configured from the policy: put
 //! `<script async src="https://rum.example.com/rum/rum.js"></script>` on the site's pages),
-//! `/dashboard/`, `/api/v1/*` and `/metrics`. The admin listener (keep it private) takes the
+//! `/dashboard/`, `/api/v1/*`, `/metrics`, and content steering for video players
+//! (`/steering/hls.json`, `/steering/dash.json`, following every round's plan). The admin
+//! listener (keep it private) takes the
 //! switches with `Authorization: Bearer $MULTICDN_ADMIN_TOKEN`:
 //!
 //! ```text
@@ -55,8 +57,10 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use common::{Fail, OK};
 use multicdn::prelude::*;
+use multicdn::service::steering::SteeringService;
 use multicdn::service::{ServeLimits, Service, ServiceConfig, serve};
 use multicdn::steering::resolve::{NetworkResolver, PrefixTable};
+use multicdn::steering::video::SteeringConfig;
 use multicdn_providers::http::HttpSettings;
 use multicdn_providers::ns1::{self, Ns1Client};
 use multicdn_providers::route53::{self, AwsCredentials, Route53Client};
@@ -402,14 +406,21 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
             Arc::new(multicdn::steering::resolve::NoResolver)
         }
     };
+    // Content steering for video players, fed by the same rounds.
+    let video_plan = SharedPlan::new();
+    let content_steerer = ContentSteeringSteerer::new(
+        ProviderId::new("content-steering").map_err(|e| fail("content steering")(e.to_string()))?,
+        video_plan.clone(),
+    );
     let mut builder = Controller::builder(policy.clone())
+        .content_steering(content_steerer)
         .shared_actuator(
             format!("{:?}", cli.dns).to_lowercase(),
             actuator(&cli, &policy).await?,
         )
         .monitor(monitor(&policy, &overrides)?)
         .purge_fanout(fanout)
-        .resolver(resolver)
+        .resolver(resolver.clone())
         .dry_run(cli.dry_run);
     if let Some(dir) = &cli.state {
         builder = builder.store(FileStore::new(dir));
@@ -441,12 +452,20 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
     if let Some(t) = &token {
         config = config.admin_token(t.clone());
     }
+    let mut steering = SteeringService::new(SteeringConfig::from_policy(&policy), video_plan)
+        .origins(config.origins.clone())
+        .trusted_proxies(config.trusted_proxies.clone())
+        .resolver(resolver);
+    if let Some(t) = &token {
+        steering = steering.admin_token(t.clone());
+    }
     let service = Service::new(controller, config);
 
     common::out!("multicdn serve: {}", policy_path.display());
     common::out!("  dashboard   {public}/dashboard/");
     common::out!("  script      {public}/rum/rum.js");
     common::out!("  metrics     {public}/metrics");
+    common::out!("  steering    {public}/steering/hls.json, {public}/steering/dash.json");
     common::out!("  admin       http://{admin_addr}/admin/...");
     match (&token, demo) {
         (Some(t), true) => common::out!("  admin token {t} (generated for this run)"),
@@ -475,7 +494,7 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
     };
     let admin = tokio::spawn(serve(
         admin_listener,
-        service.admin_router(),
+        service.admin_router().merge(steering.admin_router()),
         ServeLimits::default(),
         stopped(stop_rx.clone()),
     ));
@@ -490,8 +509,13 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
     let public_server = tokio::spawn({
         let rx = stop_rx.clone();
         async move {
-            s.serve(public_listener, ServeLimits::default(), stopped(rx))
-                .await
+            s.serve_with(
+                public_listener,
+                steering.router(),
+                ServeLimits::default(),
+                stopped(rx),
+            )
+            .await
         }
     });
     match cli.run_for {

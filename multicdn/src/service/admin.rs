@@ -24,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use multicdn_core::policy::Share;
+use multicdn_core::secret::Secret;
 use multicdn_core::{NetworkKey, ProviderId, Timestamp};
 use serde::Deserialize;
 
@@ -40,32 +41,46 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
 }
 
-async fn authorize(State(s): State<Service>, req: Request, next: Next) -> Response {
-    let Some(token) = &s.inner.config.admin_token else {
-        return error(
-            StatusCode::FORBIDDEN,
-            "the admin switches are off: this service has no admin token",
-        );
+/// Checks `Authorization: Bearer <token>` against `token` (in constant time): `None` when it
+/// matches, else the answer to send (403 without a configured token, 401 with
+/// `WWW-Authenticate` otherwise).
+pub(crate) fn check_bearer(
+    token: Option<&Secret>,
+    headers: &axum::http::HeaderMap,
+    realm: &'static str,
+    off: &str,
+) -> Option<Response> {
+    let Some(token) = token else {
+        return Some(error(StatusCode::FORBIDDEN, off));
     };
-    let given = req
-        .headers()
+    let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     match given {
-        Some(g) if same(g.as_bytes(), token.expose().as_bytes()) => next.run(req).await,
+        Some(g) if same(g.as_bytes(), token.expose().as_bytes()) => None,
         _ => {
             let mut r = error(
                 StatusCode::UNAUTHORIZED,
                 "send Authorization: Bearer <the admin token>",
             );
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"multicdn-admin\""),
-            );
-            r
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(realm));
+            Some(r)
         }
+    }
+}
+
+async fn authorize(State(s): State<Service>, req: Request, next: Next) -> Response {
+    match check_bearer(
+        s.inner.config.admin_token.as_ref(),
+        req.headers(),
+        "Bearer realm=\"multicdn-admin\"",
+        "the admin switches are off: this service has no admin token",
+    ) {
+        None => next.run(req).await,
+        Some(r) => r,
     }
 }
 

@@ -37,10 +37,12 @@
 mod admin;
 mod api;
 mod assets;
+pub mod cmsd;
 mod history;
 mod metrics;
 mod receiver;
 mod server;
+pub mod steering;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -319,10 +321,23 @@ impl Service {
         limits: ServeLimits,
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
+        self.serve_with(listener, Router::new(), limits, shutdown)
+            .await
+    }
+
+    /// [`Service::serve`] with `extra` routes beside the public ones (the content-steering
+    /// routes of a [`steering::SteeringService`], say) on the same listener and limits.
+    pub async fn serve_with(
+        &self,
+        listener: tokio::net::TcpListener,
+        extra: Router,
+        limits: ServeLimits,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
         let s = self.clone();
         server::serve_counted(
             listener,
-            self.router(),
+            self.router().merge(extra),
             limits,
             shutdown,
             Some(Arc::new(move || s.inner.metrics.connection_refused())),
