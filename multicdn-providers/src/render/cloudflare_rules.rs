@@ -517,6 +517,15 @@ pub fn render_cloudflare(
             "Timing-Allow-Origin": {"operation": "set", "value": origin},
         }}),
         enabled: true,
+    }, Rule {
+        reference: "multicdn-cmsd-expose".into(),
+        description: "quality caps: a CMSD-Dynamic set upstream (the shield's or the origin's CMSD layer) readable cross-origin by the players".into(),
+        expression: "any(lower(http.response.headers.names[*])[*] == \"cmsd-dynamic\")".into(),
+        action: "rewrite".into(),
+        action_parameters: json!({"headers": {
+            "Access-Control-Expose-Headers": {"operation": "add", "value": "CMSD-Dynamic"},
+        }}),
+        enabled: true,
     }];
     let statuses: Vec<String> = CACHEABLE_STATUSES.iter().map(u16::to_string).collect();
     let cacheable = format!(

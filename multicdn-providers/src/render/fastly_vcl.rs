@@ -445,6 +445,13 @@ fn deliver_headers(
         out,
         "  set resp.http.Timing-Allow-Origin = \"{origin}\";\n}}"
     );
+    // A quality cap set upstream (the shield's or the origin's CMSD layer) reaches the player,
+    // readable cross-origin (dash.js and the hls.js snippet read it from segment responses).
+    out.push_str(
+        "if (resp.http.CMSD-Dynamic) {\n\
+         \x20 add resp.http.Access-Control-Expose-Headers = \"CMSD-Dynamic\";\n\
+         }\n",
+    );
     for r in routes.iter().filter(|r| !r.headers.is_empty()) {
         let mut body = String::new();
         for (name, value) in &r.headers {

@@ -100,6 +100,9 @@ if (fastly.ff.visits_this_service == 0) {
   add resp.http.Server-Timing = {"cdn;desc="fastly", pop;desc=""} server.datacenter {"", cache;desc=""} var.multicdn_cache {"""};
   set resp.http.Timing-Allow-Origin = "https://www.example.com";
 }
+if (resp.http.CMSD-Dynamic) {
+  add resp.http.Access-Control-Expose-Headers = "CMSD-Dynamic";
+}
 # cache.routes[0] match ^/checkout: headers
 if (req.url.path ~ "^/checkout") {
   set resp.http.Cache-Control = "private, no-store";
