@@ -18,7 +18,7 @@
 //! use multicdn::steering::video::BitrateLadder;
 //!
 //! let cap = QualityCap::new("edge-sin-1", BitrateLadder::seed())?;
-//! let app = axum::Router::new()
+//! let app: axum::Router = axum::Router::new()
 //!     .route("/seg/{n}", axum::routing::get(|| async { "segment bytes" }))
 //!     .layer(cap.layer());
 //! cap.cap_at("480p")?;      // players drop to 480p
