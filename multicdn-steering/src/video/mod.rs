@@ -18,6 +18,9 @@
 //! - [`shedding`]: the bitrate ladder and [`QualityGovernor`], which caps quality above a
 //!   utilisation threshold and says so in `CMSD-Dynamic` and `X-CDN-Quality-Cap`.
 //! - [`drain`]: sessions moving back to a recovered node at a bounded rate.
+//! - [`tagging`]: [`tag_hls`] and [`tag_dash`] rewrite an origin's multivariant playlist or MPD
+//!   so players steer: the steering server, and every variant, rendition group or `BaseURL`
+//!   once per pathway.
 //! - [`sim`]: the pure, time-stepped simulator; [`svg`]: a chart of its timeline.
 //!
 //! ```
@@ -67,6 +70,7 @@ pub mod sessions;
 pub mod shedding;
 pub mod sim;
 pub mod svg;
+pub mod tagging;
 pub mod topology;
 
 pub use actuator::{ContentSteeringSteerer, PlanInForce, SharedPlan, pathway_priority};
@@ -81,4 +85,5 @@ pub use shedding::{
     BitrateLadder, QualityGovernor, Rung, SheddingConfig, cmsd_dynamic, cmsd_dynamic_lifted,
 };
 pub use sim::{Scenario, SimEvent, Timeline, simulate};
+pub use tagging::{Pathway, TagError, TagOptions, tag_dash, tag_hls};
 pub use topology::{Node, NodeHealth, Population, Topology};
