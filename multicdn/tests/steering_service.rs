@@ -364,3 +364,89 @@ async fn the_cmsd_layer_caps_lifts_and_exposes_the_header() {
     assert!(err.to_string().contains("480p"), "{err}");
     assert!(QualityCap::new("edge\n1", BitrateLadder::seed()).is_err());
 }
+
+#[tokio::test]
+async fn origin_manifests_are_served_tagged_for_steering() {
+    use multicdn::steering::video::tagging::{Pathway, TagOptions};
+    const MASTER: &str = "#EXTM3U\n#EXT-X-VERSION:6\n#EXT-X-STREAM-INF:BANDWIDTH=800000,RESOLUTION=640x360\nlow/index.m3u8\n#EXT-X-STREAM-INF:BANDWIDTH=3000000,RESOLUTION=1280x720\nhigh/index.m3u8\n";
+    const MPD: &str = r#"<?xml version="1.0"?><MPD xmlns="urn:mpeg:dash:schema:mpd:2011" type="static" mediaPresentationDuration="PT30S" minBufferTime="PT2S" profiles="urn:mpeg:dash:profile:isoff-live:2011"><Period><AdaptationSet mimeType="video/mp4"><Representation id="v0" bandwidth="800000"/></AdaptationSet></Period></MPD>"#;
+    let origin = axum::Router::new()
+        .route("/vod/master.m3u8", axum::routing::get(|| async { MASTER }))
+        .route("/vod/manifest.mpd", axum::routing::get(|| async { MPD }));
+    let origin = listen(origin, ServeLimits::default()).await;
+    let r = start(policy_config(), ServeLimits::default()).await;
+    let options = TagOptions {
+        server_uri: String::new(),
+        default_pathway: "fastly".into(),
+        pathways: vec![
+            Pathway {
+                id: "fastly".into(),
+                base: "https://a.example.net/".parse().unwrap(),
+            },
+            Pathway {
+                id: "cloudflare".into(),
+                base: "https://b.example.net/".parse().unwrap(),
+            },
+        ],
+    };
+    let service = SteeringService::new(policy_config(), r.steerer.shared_plan())
+        .origins([PAGE])
+        .manifests(
+            format!("http://{origin}/vod/").parse().unwrap(),
+            "https://steer.example.com/".parse().unwrap(),
+            options,
+        )
+        .unwrap();
+    let addr = listen(service.router(), ServeLimits::default()).await;
+    let hls = reqwest::get(format!("http://{addr}/manifests/master.m3u8"))
+        .await
+        .unwrap();
+    assert_eq!(hls.status(), 200);
+    assert_eq!(
+        hls.headers()["content-type"],
+        "application/vnd.apple.mpegurl"
+    );
+    let text = hls.text().await.unwrap();
+    assert!(
+        text.contains("#EXT-X-CONTENT-STEERING:SERVER-URI=\"https://steer.example.com/steering/hls.json\",PATHWAY-ID=\"fastly\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("https://a.example.net/vod/high/index.m3u8"),
+        "{text}"
+    );
+    assert!(
+        text.contains("https://b.example.net/vod/low/index.m3u8"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("PATHWAY-ID=\"cloudflare\"").count(),
+        2,
+        "{text}"
+    );
+    let dash = reqwest::get(format!("http://{addr}/manifests/manifest.mpd"))
+        .await
+        .unwrap();
+    assert_eq!(dash.status(), 200);
+    let text = dash.text().await.unwrap();
+    assert!(text.contains("serviceLocation=\"cloudflare\""), "{text}");
+    assert!(
+        text.contains("https://steer.example.com/steering/dash.json"),
+        "{text}"
+    );
+    // Outside the tree, not a manifest, or an origin that fails: said, never a panic.
+    let get = |p: &'static str| async move {
+        reqwest::get(format!("http://{addr}{p}"))
+            .await
+            .unwrap()
+            .status()
+    };
+    assert!(get("/manifests/%2e%2e/secret.m3u8").await.is_client_error());
+    assert!(
+        get("/manifests/a/..%2f..%2fsecret.m3u8")
+            .await
+            .is_client_error()
+    );
+    assert_eq!(get("/manifests/segment.ts").await, 404);
+    assert_eq!(get("/manifests/missing.m3u8").await, 502);
+}

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, RawQuery, Request, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -48,6 +48,7 @@ use ipnet::IpNet;
 use multicdn_core::secret::Secret;
 use multicdn_core::{Clock, NetworkKey, SystemClock};
 use multicdn_steering::resolve::NetworkResolver;
+use multicdn_steering::video::tagging::{TagError, TagOptions, tag_dash, tag_hls};
 use multicdn_steering::video::{
     ContentSteering, Protocol, SharedPlan, SteeringConfig, SteeringRequest, SteeringResponse,
 };
@@ -78,8 +79,20 @@ struct Counters {
     unavailable: AtomicU64,
 }
 
+/// Where untagged manifests come from and what they are tagged with.
+struct Manifests {
+    source: url::Url,
+    options: TagOptions,
+    steering_base: url::Url,
+    client: reqwest::Client,
+}
+
+/// The largest origin manifest read.
+pub const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
+
 struct Inner {
     handler: ContentSteering,
+    manifests: Option<Manifests>,
     clock: Arc<dyn Clock>,
     origins: Vec<String>,
     trusted_proxies: Vec<IpNet>,
@@ -116,6 +129,7 @@ impl SteeringService {
         SteeringService {
             inner: Arc::new(Inner {
                 handler: ContentSteering::new(config, plan),
+                manifests: None,
                 clock: Arc::new(SystemClock),
                 origins: Vec::new(),
                 trusted_proxies: Vec::new(),
@@ -126,9 +140,14 @@ impl SteeringService {
         }
     }
 
+    /// Applies a builder step. The builder methods configure a service before it is cloned or
+    /// served; on a clone that is shared they change nothing, and say so.
     fn with(mut self, f: impl FnOnce(&mut Inner)) -> SteeringService {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            f(inner);
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => f(inner),
+            None => tracing::error!(
+                "SteeringService: a builder method was called on a clone that is shared; configure the service before cloning or serving it"
+            ),
         }
         self
     }
@@ -155,6 +174,39 @@ impl SteeringService {
     pub fn admin_token(self, token: impl Into<String>) -> Self {
         let token = Secret::new(token.into());
         self.with(|i| i.admin_token = Some(token))
+    }
+
+    /// Serves `GET /manifests/{*path}`: the origin's multivariant playlist (`.m3u8`) or MPD
+    /// (`.mpd`) at `source` + `path`, tagged with `options`' pathways (one copy of every
+    /// variant per pathway, `PATHWAY-ID`; or `<BaseURL serviceLocation>`) and the steering
+    /// tag pointing at this router under `steering_base` (the URL players reach it at,
+    /// `https://steer.example.com/`; `options.server_uri` is replaced). The origin is read
+    /// with a 10 s deadline and at most [`MAX_MANIFEST_BYTES`]; an origin that fails or a
+    /// manifest that cannot be tagged is a `502` saying why.
+    pub fn manifests(
+        self,
+        source: url::Url,
+        steering_base: url::Url,
+        options: TagOptions,
+    ) -> Result<Self, TagError> {
+        let mut checked = options.clone();
+        checked.server_uri = steering_base
+            .join("steering/hls.json")
+            .map_or_else(|_| String::new(), |u| u.to_string());
+        checked.validate()?;
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        Ok(self.with(|i| {
+            i.manifests = Some(Manifests {
+                source,
+                options,
+                steering_base,
+                client,
+            })
+        }))
     }
 
     /// Reads time from `clock`.
@@ -185,6 +237,7 @@ impl SteeringService {
         Router::new()
             .route("/steering/hls.json", get(hls))
             .route("/steering/dash.json", get(dash))
+            .route("/manifests/{*path}", get(manifest))
             .layer(self.cors())
             .with_state(self.clone())
     }
@@ -276,6 +329,109 @@ impl SteeringService {
         c.rejected_reports
             .fetch_add(r.rejected.len() as u64, Ordering::Relaxed);
     }
+}
+
+fn plain(status: StatusCode, msg: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        msg + "\n",
+    )
+        .into_response()
+}
+
+async fn manifest(State(s): State<SteeringService>, Path(path): Path<String>) -> Response {
+    let Some(m) = &s.inner.manifests else {
+        return plain(
+            StatusCode::NOT_FOUND,
+            "this server tags no manifests".into(),
+        );
+    };
+    let (protocol, kind, route) = if path.ends_with(".m3u8") {
+        (
+            Protocol::Hls,
+            "application/vnd.apple.mpegurl",
+            "steering/hls.json",
+        )
+    } else if path.ends_with(".mpd") {
+        (Protocol::Dash, "application/dash+xml", "steering/dash.json")
+    } else {
+        return plain(
+            StatusCode::NOT_FOUND,
+            format!("{path:?} is neither a multivariant playlist (.m3u8) nor an MPD (.mpd)"),
+        );
+    };
+    if path.split('/').any(|seg| seg == ".." || seg == ".") || path.contains('\\') {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            format!("{path:?} leaves the origin's tree"),
+        );
+    }
+    let Ok(url) = m.source.join(&path) else {
+        return plain(StatusCode::BAD_REQUEST, format!("{path:?} is not a path"));
+    };
+    if !url.as_str().starts_with(m.source.as_str()) {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            format!("{path:?} leaves the origin's tree"),
+        );
+    }
+    let body = match fetch(&m.client, &url).await {
+        Ok(b) => b,
+        Err(why) => return plain(StatusCode::BAD_GATEWAY, why),
+    };
+    let mut options = m.options.clone();
+    options.server_uri = match m.steering_base.join(route) {
+        Ok(u) => u.to_string(),
+        Err(e) => return plain(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let tagged = match protocol {
+        Protocol::Hls => tag_hls(&body, &url, &options),
+        Protocol::Dash => tag_dash(&body, &url, &options),
+    };
+    match tagged {
+        Ok(t) => (
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, kind),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            t,
+        )
+            .into_response(),
+        Err(e) => plain(
+            StatusCode::BAD_GATEWAY,
+            format!("the origin's {url} cannot be tagged: {e}"),
+        ),
+    }
+}
+
+/// The origin's manifest, at most [`MAX_MANIFEST_BYTES`], as text.
+async fn fetch(client: &reqwest::Client, url: &url::Url) -> Result<String, String> {
+    let mut resp = client
+        .get(url.clone())
+        .send()
+        .await
+        .map_err(|e| format!("the origin did not answer for {url}: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!("the origin answered {} for {url}", resp.status()));
+    }
+    let mut body = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(c)) => {
+                if body.len() + c.len() > MAX_MANIFEST_BYTES {
+                    return Err(format!(
+                        "the origin's {url} is larger than {MAX_MANIFEST_BYTES} bytes"
+                    ));
+                }
+                body.extend_from_slice(&c);
+            }
+            Ok(None) => break,
+            Err(e) => return Err(format!("reading {url} from the origin failed: {e}")),
+        }
+    }
+    String::from_utf8(body).map_err(|_| format!("the origin's {url} is not UTF-8 text"))
 }
 
 fn respond(r: SteeringResponse) -> Response {
