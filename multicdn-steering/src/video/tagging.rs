@@ -324,7 +324,11 @@ impl TagOptions {
 /// `url` is already on `source` (the pathway an already tagged manifest was on), `source`'s
 /// prefix is taken off first, so tagging twice does not stack prefixes.
 fn rebase(url: &Url, source: Option<&Url>, base: &Url) -> Url {
-    let mut path = url.path();
+    // A URL with a host but no path (`foo://host`) is at the root.
+    let mut path = match url.path() {
+        "" => "/",
+        path => path,
+    };
     if let Some(source) = source.filter(|s| same_origin(url, s)) {
         let prefix = source.path().trim_end_matches('/');
         if let Some(rest) = path.strip_prefix(prefix)
@@ -573,14 +577,22 @@ pub fn tag_hls(
     options: &TagOptions,
 ) -> Result<String, TagError> {
     options.validate()?;
-    let newline = if playlist.contains("\r\n") {
-        "\r\n"
-    } else {
-        "\n"
-    };
+    // The first line says how lines end; only a CRLF playlist has a `\r` taken off each line,
+    // so what is written reads back the same.
+    let crlf = playlist
+        .split('\n')
+        .next()
+        .is_some_and(|first| first.ends_with('\r') && playlist.contains('\n'));
+    let newline = if crlf { "\r\n" } else { "\n" };
     let mut lines: Vec<&str> = playlist
         .split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .map(|l| {
+            if crlf {
+                l.strip_suffix('\r').unwrap_or(l)
+            } else {
+                l
+            }
+        })
         .collect();
     if lines.last() == Some(&"") {
         lines.pop();
@@ -654,10 +666,11 @@ pub fn tag_hls(
                 let attrs = parse_attributes(number, tag, attrs_text)?;
                 let group = attrs
                     .quoted("GROUP-ID")
+                    .filter(|g| !g.is_empty())
                     .ok_or_else(|| TagError::Attributes {
                         line: number,
                         tag: tag.to_string(),
-                        message: "it has no quoted GROUP-ID".into(),
+                        message: "it has no quoted, non-empty GROUP-ID".into(),
                     })?
                     .to_string();
                 let uri = quoted_uri(number, tag, &attrs, manifest_url)?;
@@ -722,15 +735,33 @@ pub fn tag_hls(
             _ => None,
         })
         .collect();
-    let source_suffix = format!("-{source}");
+    // A variant's group reference, as the group it means. In a tagged playlist a variant names
+    // `<group>-<pathway>`: that is stripped first, even when a group named like the suffixed
+    // one exists too; in an untagged one the exact name wins. A reference that names no group
+    // stays as it is.
+    let mut suffixes: Vec<&str> = tagged
+        .iter()
+        .map(String::as_str)
+        .chain(options.pathways.iter().map(|p| p.id.as_str()))
+        .filter(|p| *p != DEFAULT_PATHWAY_ID)
+        .collect();
+    suffixes.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    let stripped = |value: &str| -> Option<String> {
+        suffixes.iter().find_map(|p| {
+            value
+                .strip_suffix(*p)
+                .and_then(|g| g.strip_suffix('-'))
+                .filter(|g| groups.contains(*g))
+                .map(str::to_string)
+        })
+    };
     let original_group = |value: &str| -> Option<String> {
-        if groups.contains(value) {
-            return Some(value.to_string());
+        let exact = || Some(value.to_string()).filter(|v| groups.contains(v));
+        if tagged.is_empty() {
+            exact().or_else(|| stripped(value))
+        } else {
+            stripped(value).or_else(exact)
         }
-        value
-            .strip_suffix(&source_suffix)
-            .filter(|g| tagged.contains(&source) && groups.contains(*g))
-            .map(str::to_string)
     };
     let for_pathway = |attrs: &Attributes, pathway: &Pathway| -> Attributes {
         let mut attrs = attrs.clone();

@@ -112,6 +112,85 @@ fn tagging_twice_equals_tagging_once() {
 }
 
 #[test]
+fn a_group_named_like_a_tagged_one_stays_apart() {
+    // Found by fuzz/tag_manifests: only the cdn-b copies are tagged, so `aud-cdn-a` is a group
+    // of its own and `aud-cdn-b` is `aud` on cdn-b.
+    let playlist = "#EXTM3U\n\
+        #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"aud-cdn-a\",NAME=\"x\",URI=\"x.m3u8\"\n\
+        #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"aud-cdn-b\",NAME=\"a\",URI=\"a.m3u8\"\n\
+        #EXT-X-STREAM-INF:BANDWIDTH=1,AUDIO=\"aud-cdn-b\",PATHWAY-ID=\"cdn-b\"\n\
+        v.m3u8\n";
+    let once = tag_hls(playlist, &master_url(), &two()).unwrap();
+    assert!(
+        once.contains("AUDIO=\"aud-cdn-a\",PATHWAY-ID=\"cdn-a\""),
+        "{once}"
+    );
+    assert!(once.contains("GROUP-ID=\"aud-cdn-a-cdn-a\""), "{once}");
+    assert_eq!(tag_hls(&once, &master_url(), &two()).unwrap(), once);
+}
+
+#[test]
+fn a_variant_naming_another_pathways_group_gets_its_own() {
+    // Found by fuzz/tag_manifests: a cdn-b variant names cdn-a's copy of the group.
+    let playlist = "#EXTM3U\n\
+        #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"aud-cdn-a\",NAME=\"a\",URI=\"https://a.example.net/vod/a.m3u8\"\n\
+        #EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"aud-cdn-b\",NAME=\"a\",URI=\"https://b.example.net/edge/vod/a.m3u8\"\n\
+        #EXT-X-STREAM-INF:BANDWIDTH=1,AUDIO=\"aud-cdn-a\",PATHWAY-ID=\"cdn-b\"\n\
+        https://b.example.net/edge/vod/v.m3u8\n\
+        #EXT-X-STREAM-INF:BANDWIDTH=1,AUDIO=\"aud-cdn-a\",PATHWAY-ID=\"cdn-a\"\n\
+        https://a.example.net/vod/v.m3u8\n";
+    let once = tag_hls(playlist, &master_url(), &two()).unwrap();
+    assert!(
+        once.contains("AUDIO=\"aud-cdn-b\",PATHWAY-ID=\"cdn-b\""),
+        "{once}"
+    );
+    assert!(
+        once.contains("AUDIO=\"aud-cdn-a\",PATHWAY-ID=\"cdn-a\""),
+        "{once}"
+    );
+    assert_eq!(tag_hls(&once, &master_url(), &two()).unwrap(), once);
+    // Untagged, a reference to an undefined `<group>-<pathway>` means the group.
+    let untagged = "#EXTM3U\n#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"aud\",NAME=\"a\"\n\
+        #EXT-X-STREAM-INF:BANDWIDTH=1,AUDIO=\"aud-cdn-b\"\nv.m3u8\n";
+    let once = tag_hls(untagged, &master_url(), &two()).unwrap();
+    assert!(
+        once.contains("AUDIO=\"aud-cdn-a\",PATHWAY-ID=\"cdn-a\""),
+        "{once}"
+    );
+    assert_eq!(tag_hls(&once, &master_url(), &two()).unwrap(), once);
+}
+
+#[test]
+fn a_uri_without_a_path_lands_at_the_pathway_root() {
+    // Found by fuzz/tag_manifests: a non-special scheme leaves the path empty.
+    let playlist = "#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\nqttps://o.example.com#frag\n";
+    let once = tag_hls(playlist, &master_url(), &two()).unwrap();
+    assert!(once.contains("\nhttps://a.example.net/#frag\n"), "{once}");
+    assert!(
+        once.contains("\nhttps://b.example.net/edge/#frag\n"),
+        "{once}"
+    );
+    assert_eq!(tag_hls(&once, &master_url(), &two()).unwrap(), once);
+}
+
+#[test]
+fn stray_carriage_returns_read_back_the_same() {
+    // Found by fuzz/tag_manifests: `\r\r\n` inside an LF playlist, and an LF line inside a
+    // CRLF one, must not change how the tagged playlist's lines end.
+    for playlist in [
+        "#EXTM3U\n# odd\r\r\n#EXT-X-STREAM-INF:BANDWIDTH=1\nv.m3u8\n",
+        "#EXTM3U\r\n# odd\r\r\n# lf\n#EXT-X-STREAM-INF:BANDWIDTH=1\r\nv.m3u8\r\n",
+    ] {
+        let once = tag_hls(playlist, &master_url(), &two()).unwrap();
+        assert_eq!(
+            tag_hls(&once, &master_url(), &two()).unwrap(),
+            once,
+            "{playlist:?}"
+        );
+    }
+}
+
+#[test]
 fn retagging_with_other_pathways_equals_tagging_the_original() {
     // The first pathway of the tagged playlist is still configured: its copies are the content.
     let tagged = tag_hls(FFMPEG, &master_url(), &two()).unwrap();
@@ -290,6 +369,12 @@ fn names_the_line_of_a_bad_attribute_list() {
     assert!(matches!(
         tag_hls(no_group, &master_url(), &two()).unwrap_err(),
         TagError::Attributes { line: 2, .. }
+    ));
+    // Found by fuzz/tag_manifests: an empty group cannot be told apart from its copies.
+    let empty_group = "#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\na\n#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"\",NAME=\"x\"\n";
+    assert!(matches!(
+        tag_hls(empty_group, &master_url(), &two()).unwrap_err(),
+        TagError::Attributes { line: 4, .. }
     ));
     let no_uri =
         "#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=1\na\n#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=1\n";
