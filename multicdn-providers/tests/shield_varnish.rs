@@ -389,6 +389,18 @@ fn a_fanout_purges_the_real_shield_first_and_holds_the_cdns_while_it_is_down() {
     // The shield down: nothing reaches the CDN, and the miss is the shield's.
     let _ = v.child.kill();
     let _ = v.child.wait();
+    // The cache process outlives its manager for a moment: wait until the port is closed.
+    let closed = (0..200).any(|_| {
+        let refused = std::net::TcpStream::connect(("127.0.0.1", p)).is_err();
+        if !refused {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        refused
+    });
+    assert!(
+        closed,
+        "varnishd still listens on {p} 10 s after it was killed"
+    );
     let err = rt
         .block_on(fanout.purge(&PurgeRequest::tags(["product-b"])))
         .unwrap_err();
