@@ -1,35 +1,40 @@
 //! hls.js and dash.js in a real Chromium follow content steering and the edges' quality caps,
-//! end to end on loopback.
+//! end to end on loopback, with the library's pieces doing the work.
 //!
-//! Two "CDN" origins (`cdn-a`, `cdn-b`: small axum servers) serve the same clip, made by
+//! Two CDN edges (`fastly` and `cloudflare`: small axum servers) serve the same clip, made by
 //! `tests/players/make-media.sh` with ffmpeg (two H.264 rungs and AAC in 2 s fMP4 segments,
-//! HLS and DASH), count the segments they serve, answer 503 while "down" and add
-//! `CMSD-Dynamic` while they cap the quality. A steering server answers the players' steering
-//! requests with [`ContentSteering`] over the plan a [`ContentSteeringSteerer`] applies, and
-//! serves the manifests tagged for steering (both pathways, the steering server's URI). A page
-//! server serves `tests/players/player.html`, the two players from `tests/browser/node_modules`
-//! and `src/service/assets/cmsd-hls.js`; the page plays HLS in hls.js and DASH in dash.js side
-//! by side and POSTs `/control/<action>` to change the plan or the edges mid-play, so every
-//! switch time is measured in the page against the moment the change was made.
+//! HLS and DASH), answer the policy's health object, count the segments they serve, answer
+//! 503 to everything while "dead", and carry the library's [`QualityCap`] layer. An origin
+//! serves the clip's untagged manifests. The library's [`SteeringService`] serves the
+//! steering routes and `/manifests/{*path}` (the origin's manifests tagged for both pathways)
+//! over the plan a [`Controller`] puts in force: the example policy with a 2 s steering TTL,
+//! everyone on `fastly`, the health monitor probing both edges from five "regions", rounds
+//! every half second. A page server serves `tests/players/player.html`, the two players from
+//! `tests/browser/node_modules` and the hls.js CMSD snippet `src/service/assets/cmsd-hls.js`;
+//! the page plays HLS in hls.js and DASH in dash.js side by side and POSTs `/control/<action>`
+//! to change things mid-play, so every switch time is measured in the page against the moment
+//! the change was made.
 //!
-//! Scenarios, one page each, both players at once, steering TTL of 2 s:
-//! - a plan preferring `cdn-a` then one preferring `cdn-b`: both fetch from `cdn-b` within
-//!   TTL + one segment + slack of the change;
-//! - `cdn-a` marked unavailable and answering 503: both move to `cdn-b` and stay;
-//! - the edges cap at the low rung (`CMSD-Dynamic` `mb`): both drop to it; the top rung's `mb`
-//!   (the explicit lift) brings the high rung back;
-//! - other clients send the steering server a few hundred hostile or empty reports while the
-//!   players play: every one is answered, none with a 5xx, and playback goes on.
+//! Scenarios, one page and one fresh controller each, both players at once:
+//! - a. an operator pins everyone to `cloudflare`: from the next round the plan prefers it, and
+//!   both players fetch from it within TTL + one segment + slack of the pin;
+//! - b. `fastly` dies mid-play (503 to everything, its health object included): the monitor
+//!   marks it down, the steering service stops offering it, both players move to `cloudflare`
+//!   and neither returns;
+//! - c. the edges cap at the low rung (`CMSD-Dynamic` `mb`): both players drop to it (hls.js
+//!   through the snippet, dash.js through its own CMSD settings); the explicit lift (the top
+//!   rung's `mb`) brings the high rung back;
+//! - d. other clients (another address) send the steering server hostile, malformed and empty
+//!   reports and a flood of idle connections while the players play: every hostile request is
+//!   answered without a 5xx, and the players' steering requests go on being answered 200 at
+//!   the TTL's pace.
 //!
 //! The browser is driven by `tests/browser/drive.mjs` like `browser.rs`. Without the driver,
 //! Node, Chromium or ffmpeg the test says why and passes; with `CI` set it fails. The clip is
 //! made once into `$CARGO_TARGET_TMPDIR/players-media` and kept while the script is unchanged.
 //! `--nocapture` prints the measured switch times.
-//!
-//! The steering routes, the manifest tagging and the edges' CMSD headers are written here by
-//! hand, each in its own function ([`steering_router`], [`tag_hls`], [`tag_dash`],
-//! [`edge_headers`]), until the library's steering router and CMSD layer take their place.
 
+#![cfg(feature = "service")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // Wall-clock time is what this test measures: the players run in real time.
 #![allow(clippy::disallowed_methods)]
@@ -37,40 +42,56 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::process::Command as Process;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path as UrlPath, RawQuery, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::extract::{ConnectInfo, Path as UrlPath, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use multicdn::core::{CohortId, CohortPlan, SystemClock, TOTAL_BP};
+use multicdn::core::policy::Share;
 use multicdn::prelude::*;
-use multicdn::steering::video::{
-    BitrateLadder, Protocol, SteeringConfig, SteeringRequest, cmsd_dynamic,
-};
+use multicdn::service::cmsd::QualityCap;
+use multicdn::service::steering::SteeringService;
+use multicdn::service::{ServeLimits, serve};
+use multicdn::steering::video::{BitrateLadder, Pathway, SteeringConfig, TagOptions};
 use serde_json::{Value, json};
 use support::browser::{drive, driver, evals};
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::watch;
 
+/// The example policy; the test shortens its steering TTL and starts everyone on `fastly`.
+const POLICY: &str = include_str!("../../examples/policy.yaml");
 /// The steering TTL the players get: short, so the test is quick.
 const TTL: Duration = Duration::from_secs(2);
 /// The clip's segment duration (make-media.sh).
 const SEGMENT: Duration = Duration::from_secs(2);
+/// How often the controller runs a round.
+const ROUND: Duration = Duration::from_millis(500);
 /// What a switch may take on top of TTL + one segment: the steering round trip, the player's
-/// scheduling of its next fragment, a loaded machine.
+/// scheduling of its next fragment, a controller round, a loaded machine.
 const SLACK: Duration = Duration::from_secs(3);
-/// The pathways, as the plan, the manifests and the edges name them.
-const A: &str = "cdn-a";
-const B: &str = "cdn-b";
+/// The pathways, as the policy, the plan, the manifests and the edges name them.
+const A: &str = "fastly";
+const B: &str = "cloudflare";
+/// Where the hostile requests come from (the players use 127.0.0.1): the steering service
+/// limits its clients one by one.
+const OTHER_CLIENT: [u8; 4] = [127, 0, 0, 2];
+/// Where the flood of idle connections comes from: the server caps connections per client.
+const FLOODER: [u8; 4] = [127, 0, 0, 3];
 
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
+
+fn p(s: &str) -> ProviderId {
+    ProviderId::new(s).unwrap()
+}
 
 // ---------------------------------------------------------------------------------------------
 // The clip
@@ -88,7 +109,7 @@ fn media() -> Option<PathBuf> {
     {
         return Some(dir);
     }
-    let ffmpeg = Command::new("ffmpeg").arg("-version").output();
+    let ffmpeg = Process::new("ffmpeg").arg("-version").output();
     if !ffmpeg.is_ok_and(|o| o.status.success()) {
         let why = "ffmpeg is not on PATH (apt-get install ffmpeg; .ci/run does)";
         if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
@@ -99,7 +120,7 @@ fn media() -> Option<PathBuf> {
         return None;
     }
     let started = Instant::now();
-    let out = Command::new("bash")
+    let out = Process::new("bash")
         .arg(&script)
         .arg(&dir)
         .output()
@@ -161,17 +182,20 @@ fn attr<'a>(attrs: &'a str, key: &str) -> Option<&'a str> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The edges
+// The edges and the origin
 
-/// One CDN origin: serves the clip under `/hls/` and `/dash/`.
+/// One CDN edge: serves the clip under `/hls/` and `/dash/` and the policy's health object,
+/// with the library's CMSD layer on every response.
 #[derive(Debug)]
 struct Edge {
     name: &'static str,
     media: PathBuf,
+    /// What the health object says (the policy's `health.expect`).
+    health: String,
     /// Answers 503 to everything while set.
-    down: AtomicBool,
-    /// The `mb` (kbps) of the `CMSD-Dynamic` it adds to segments; 0 for none.
-    cap_kbps: AtomicU32,
+    dead: AtomicBool,
+    /// The cap the edge's CMSD layer sends.
+    cap: QualityCap,
     /// Media segments served, by `/hls` or `/dash`.
     segments: Mutex<BTreeMap<&'static str, u64>>,
     /// Requests answered 503.
@@ -187,62 +211,45 @@ fn content_type(file: &str) -> &'static str {
     }
 }
 
-/// What every edge response carries: CORS for the page's origin, and the header the players
-/// need to see. The library's CMSD layer is to send the same.
-fn cors(headers: &mut HeaderMap) {
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static("CMSD-Dynamic"),
-    );
-}
-
-/// The edge's quality cap on a segment response, by hand: `CMSD-Dynamic: "<edge>";mb=<kbps>;du`
-/// from the library's [`cmsd_dynamic`], while a cap is set. To be replaced by
-/// `multicdn::service::cmsd::CmsdLayer` once it lands.
-fn edge_headers(edge: &Edge, headers: &mut HeaderMap) {
-    let kbps = edge.cap_kbps.load(Ordering::SeqCst);
-    if kbps > 0 {
-        let value = cmsd_dynamic(edge.name, kbps).unwrap();
-        headers.insert("cmsd-dynamic", HeaderValue::from_str(&value).unwrap());
-    }
+/// A file of the clip, or 404 for a name that is not one.
+fn clip_file(media: &Path, file: &str) -> Option<Vec<u8>> {
+    let plain = !file.is_empty()
+        && !file.starts_with('.')
+        && file
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    plain
+        .then(|| std::fs::read(media.join(file)).ok())
+        .flatten()
 }
 
 async fn edge_file(edge: &Edge, family: &'static str, file: &str) -> Response {
-    let mut r = if edge.down.load(Ordering::SeqCst) {
+    let mut r = if edge.dead.load(Ordering::SeqCst) {
         edge.refused.fetch_add(1, Ordering::SeqCst);
         (StatusCode::SERVICE_UNAVAILABLE, "down for the test\n").into_response()
-    } else if file.is_empty()
-        || file.starts_with('.')
-        || !file
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        (StatusCode::NOT_FOUND, "no such file\n").into_response()
     } else {
-        match std::fs::read(edge.media.join(file)) {
-            Ok(bytes) => {
-                let mut r = ([(header::CONTENT_TYPE, content_type(file))], bytes).into_response();
+        match clip_file(&edge.media, file) {
+            Some(bytes) => {
                 if file.starts_with("chunk-") {
                     *edge.segments.lock().unwrap().entry(family).or_default() += 1;
-                    edge_headers(edge, r.headers_mut());
                 }
-                r
+                ([(header::CONTENT_TYPE, content_type(file))], bytes).into_response()
             }
-            Err(_) => (StatusCode::NOT_FOUND, "no such file\n").into_response(),
+            None => (StatusCode::NOT_FOUND, "no such file\n").into_response(),
         }
     };
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    cors(r.headers_mut());
+    // The page is on another origin. The CMSD layer adds the expose header for its own.
+    r.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
     r
 }
 
 fn edge_router(edge: Arc<Edge>) -> Router {
-    let hls = edge.clone();
+    let (hls, dash, health) = (edge.clone(), edge.clone(), edge.clone());
     Router::new()
         .route(
             "/hls/{file}",
@@ -254,296 +261,432 @@ fn edge_router(edge: Arc<Edge>) -> Router {
         .route(
             "/dash/{file}",
             get(move |UrlPath(file): UrlPath<String>| {
-                let edge = edge.clone();
+                let edge = dash.clone();
                 async move { edge_file(&edge, "dash", &file).await }
             }),
         )
+        .route(
+            "/_health/v3.txt",
+            get(move || {
+                let edge = health.clone();
+                async move {
+                    if edge.dead.load(Ordering::SeqCst) {
+                        edge.refused.fetch_add(1, Ordering::SeqCst);
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "down for the test\n".to_owned(),
+                        )
+                    } else {
+                        (StatusCode::OK, edge.health.clone())
+                    }
+                }
+            }),
+        )
+        .layer(edge.cap.layer())
 }
 
-// ---------------------------------------------------------------------------------------------
-// The steering server
-
-/// Where the players find things.
-#[derive(Debug, Clone)]
-struct Hosts {
-    steering: String,
-    a: String,
-    b: String,
-}
-
-/// The steering server's state: the handler, the clip, and what the players reported.
-struct Steering {
-    handler: ContentSteering,
-    media: PathBuf,
-    hosts: Hosts,
-    /// Requests from the players (not the hostile clients): (protocol, status, rejected report).
-    players: Mutex<Vec<(Protocol, u16, Option<String>)>>,
-    /// Requests from the hostile clients, by status.
-    hostile: Mutex<BTreeMap<u16, u64>>,
-}
-
-/// The multivariant playlist tagged for content steering, by hand: every variant and audio
-/// rendition once per pathway, with `PATHWAY-ID` and its own audio group, pointing at that
-/// pathway's edge; `#EXT-X-CONTENT-STEERING` names the steering server and the first pathway.
-/// To be replaced by the library's `/manifests/{*path}` once it lands.
-fn tag_hls(master: &str, hosts: &Hosts) -> String {
-    let mut head = Vec::new();
-    let mut body = Vec::new();
-    for line in master.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        if line.starts_with("#EXT-X-MEDIA:") || line.starts_with("#EXT-X-STREAM-INF:") {
-            body.push(line);
-        } else if line.starts_with('#') {
-            if body.is_empty() {
-                head.push(line.to_owned());
+/// The origin: the clip's manifests as ffmpeg wrote them, for the steering service to tag.
+fn origin_router(media: PathBuf) -> Router {
+    Router::new().route(
+        "/{family}/{file}",
+        get(move |UrlPath((family, file)): UrlPath<(String, String)>| {
+            let media = media.clone();
+            async move {
+                match (family.as_str(), clip_file(&media, &file)) {
+                    ("hls" | "dash", Some(bytes)) => {
+                        ([(header::CONTENT_TYPE, content_type(&file))], bytes).into_response()
+                    }
+                    _ => (StatusCode::NOT_FOUND, "no such manifest\n").into_response(),
+                }
             }
-        } else {
-            body.push(line);
-        }
-    }
-    head.push(format!(
-        "#EXT-X-CONTENT-STEERING:SERVER-URI=\"{}/steering/hls.json\",PATHWAY-ID=\"{A}\"",
-        hosts.steering
-    ));
-    for (pathway, origin) in [(A, &hosts.a), (B, &hosts.b)] {
-        for line in &body {
-            let line = if let Some(attrs) = line.strip_prefix("#EXT-X-MEDIA:") {
-                let group = attr(attrs, "GROUP-ID").unwrap();
-                let uri = attr(attrs, "URI").unwrap();
-                format!(
-                    "#EXT-X-MEDIA:{}",
-                    attrs
-                        .replacen(
-                            &format!("GROUP-ID=\"{group}\""),
-                            &format!("GROUP-ID=\"{group}-{pathway}\""),
-                            1
-                        )
-                        .replacen(
-                            &format!("URI=\"{uri}\""),
-                            &format!("URI=\"{origin}/hls/{uri}\""),
-                            1
-                        )
-                )
-            } else if let Some(attrs) = line.strip_prefix("#EXT-X-STREAM-INF:") {
-                let audio = attr(attrs, "AUDIO").unwrap();
-                format!(
-                    "#EXT-X-STREAM-INF:{},PATHWAY-ID=\"{pathway}\"",
-                    attrs.replacen(
-                        &format!("AUDIO=\"{audio}\""),
-                        &format!("AUDIO=\"{audio}-{pathway}\""),
-                        1
-                    )
-                )
-            } else {
-                format!("{origin}/hls/{line}")
-            };
-            head.push(line);
-        }
-    }
-    head.join("\n") + "\n"
+        }),
+    )
 }
 
-/// The MPD tagged for content steering, by hand: a `BaseURL` per pathway (`serviceLocation`)
-/// and `<ContentSteering>` naming the steering server, queried before playback starts. To be
-/// replaced by the library's `/manifests/{*path}` once it lands.
-fn tag_dash(mpd: &str, hosts: &Hosts) -> String {
-    let at = mpd.find("<Period").expect("the MPD has no Period");
-    let tags = format!(
-        "<ContentSteering defaultServiceLocation=\"{A}\" queryBeforeStart=\"true\">{}/steering/dash.json</ContentSteering>\n\
-         \t<BaseURL serviceLocation=\"{A}\">{}/dash/</BaseURL>\n\
-         \t<BaseURL serviceLocation=\"{B}\">{}/dash/</BaseURL>\n\t",
-        hosts.steering, hosts.a, hosts.b
-    );
-    format!("{}{tags}{}", &mpd[..at], &mpd[at..])
-}
-
-fn steering_answer(state: &Steering, protocol: Protocol, query: &str, hostile: bool) -> Response {
-    let request = SteeringRequest::from_query_string(protocol, query, Vec::new());
-    let r = state.handler.handle(&request, SystemClock.now());
-    if hostile {
-        *state.hostile.lock().unwrap().entry(r.status).or_default() += 1;
-    } else {
-        state.players.lock().unwrap().push((
-            protocol,
-            r.status,
-            r.rejected.as_ref().map(ToString::to_string),
-        ));
-    }
-    let mut headers = HeaderMap::new();
-    for (k, v) in &r.headers {
-        headers.insert(
-            HeaderName::try_from(k.as_str()).unwrap(),
-            HeaderValue::try_from(v.as_str()).unwrap(),
-        );
-    }
-    cors(&mut headers);
-    (StatusCode::from_u16(r.status).unwrap(), headers, r.body).into_response()
-}
-
-fn manifest(state: &Steering, file: &str) -> Response {
-    let read = |name: &str| std::fs::read_to_string(state.media.join(name)).unwrap();
-    let tagged = match file {
-        "hls/master.m3u8" => tag_hls(&read("master.m3u8"), &state.hosts),
-        "dash/manifest.mpd" => tag_dash(&read("manifest.mpd"), &state.hosts),
-        _ => return (StatusCode::NOT_FOUND, "no such manifest\n").into_response(),
-    };
-    let kind = content_type(file);
-    let mut r = ([(header::CONTENT_TYPE, kind)], tagged).into_response();
-    cors(r.headers_mut());
-    r
-}
-
-/// The steering routes, by hand around the library's [`ContentSteering`] handler:
-/// `/steering/hls.json`, `/steering/dash.json` (CORS `*`) and `/manifests/{*path}`. A request
-/// with `x-hostile` is counted apart from the players'. To be replaced by
-/// `multicdn::service::steering`'s router once it lands.
-fn steering_router(state: Arc<Steering>) -> Router {
-    let (hls, dash, manifests) = (state.clone(), state.clone(), state);
-    Router::new()
-        .route(
-            "/steering/hls.json",
-            get(move |RawQuery(q): RawQuery, h: HeaderMap| {
-                let s = hls.clone();
-                async move {
-                    let hostile = h.contains_key("x-hostile");
-                    steering_answer(&s, Protocol::Hls, q.as_deref().unwrap_or(""), hostile)
-                }
-            }),
-        )
-        .route(
-            "/steering/dash.json",
-            get(move |RawQuery(q): RawQuery, h: HeaderMap| {
-                let s = dash.clone();
-                async move {
-                    let hostile = h.contains_key("x-hostile");
-                    steering_answer(&s, Protocol::Dash, q.as_deref().unwrap_or(""), hostile)
-                }
-            }),
-        )
-        .route(
-            "/manifests/{*path}",
-            get(move |UrlPath(path): UrlPath<String>| {
-                let s = manifests.clone();
-                async move { manifest(&s, &path) }
-            }),
-        )
+async fn listen(router: Router) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, router).await.unwrap() });
+    base
 }
 
 // ---------------------------------------------------------------------------------------------
-// The page server and the lab the page controls
+// The lab: a controller, its health monitor and the steering service, fresh for each scenario
 
-/// Everything `/control/<action>` may change.
-struct Lab {
-    steerer: ContentSteeringSteerer,
-    plan: SharedPlan,
-    a: Arc<Edge>,
-    b: Arc<Edge>,
+/// The example policy with a 2 s steering TTL and everyone (the `default` region, which the
+/// players fall in: no resolver here) on `fastly`; no measurement floor, and guardrails that
+/// let an operator's pin move the whole region at once.
+fn policy() -> Policy {
+    let mut text = POLICY.to_owned();
+    for (from, to) in [
+        ("  ttl: 30s", "  ttl: 2s"),
+        (
+            "match: [\"*\"]\n      weights: { fastly: 50%, cloudflare: 50% }",
+            "match: [\"*\"]\n      weights: { fastly: 100%, cloudflare: 0% }",
+        ),
+        ("measurement: 10%", "measurement: 0%"),
+        ("max_moved_per_hour: 30%", "max_moved_per_hour: 100%"),
+        ("max_change_per_cohort: 40%", "max_change_per_cohort: 100%"),
+        ("max_touched_per_apply: 30%", "max_touched_per_apply: 100%"),
+    ] {
+        assert_eq!(
+            text.matches(from).count(),
+            1,
+            "the example policy has no {from:?}"
+        );
+        text = text.replace(from, to);
+    }
+    let policy = Policy::from_yaml(&text, "examples/policy.yaml (players test)").unwrap();
+    assert_eq!(policy.steering.ttl.get(), TTL);
+    policy
+}
+
+/// Fresh beacons for Europe (both providers equal), so the deadman never fires.
+fn feed(c: &Controller) {
+    let now = SystemClock.now().as_millis();
+    let mut text = String::new();
+    for cdn in [A, B] {
+        for _ in 0..30 {
+            text.push_str(&format!(
+                "{{\"at\":{now},\"asn\":3320,\"country\":\"DE\",\"ttfb\":40,\"provider\":\"{cdn}\"}}\n"
+            ));
+        }
+    }
+    c.ingest_bytes(text.as_bytes());
+}
+
+/// One request the steering server answered.
+#[derive(Debug, Clone)]
+struct Seen {
+    client: Option<IpAddr>,
+    path: String,
+    status: u16,
+    at: Instant,
+}
+
+async fn record(
+    State(seen): State<Arc<Mutex<Vec<Seen>>>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    seen.lock().unwrap().push(Seen {
+        client,
+        path,
+        status: response.status().as_u16(),
+        at: Instant::now(),
+    });
+    response
+}
+
+/// What every scenario shares: the edges, the origin, the ladder.
+struct Bench {
+    policy: Policy,
+    edges: [(Arc<Edge>, String); 2],
+    origin: String,
     ladder: BitrateLadder,
-    steering_url: String,
-    hostile: Mutex<Option<JoinHandle<usize>>>,
 }
 
-fn p(s: &str) -> ProviderId {
-    ProviderId::new(s).unwrap()
+/// One scenario's controller and steering service.
+struct Lab {
+    controller: Controller,
+    service: SteeringService,
+    steering: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    edges: [(Arc<Edge>, String); 2],
+    ladder: BitrateLadder,
+    stop: watch::Sender<bool>,
+    hostile: Mutex<Option<tokio::task::JoinHandle<Hostile>>>,
 }
 
-/// Everyone on `first`, the other pathway as the fallback.
-fn plan(first: &str) -> SteeringPlan {
-    let other = if first == A { B } else { A };
-    SteeringPlan {
-        record: "video.example.com".into(),
-        ttl: TTL,
-        cohorts: vec![CohortPlan {
-            cohort: CohortId::new("everyone").unwrap(),
-            networks: ["*".parse().unwrap()].into(),
-            weights: Weights::new([(p(first), TOTAL_BP), (p(other), 0)]).unwrap(),
-        }],
+impl Bench {
+    /// A fresh controller (monitor on both edges, content steering) and steering service,
+    /// with the first round run: everyone on `fastly`.
+    async fn lab(&self) -> Arc<Lab> {
+        for (edge, _) in &self.edges {
+            edge.dead.store(false, Ordering::SeqCst);
+            edge.cap.lift();
+        }
+        let overrides = self
+            .edges
+            .iter()
+            .map(|(e, base)| (p(e.name), base.clone()))
+            .collect();
+        let mut monitor = Monitor::builder(HealthConfig::from_policy(&self.policy.health))
+            .targets(targets_from_policy(&self.policy, &overrides).unwrap());
+        for region in &self.policy.health.regions {
+            monitor = monitor.runner(HttpProbe::builder(region.clone()).build().unwrap());
+        }
+        let plan = SharedPlan::new();
+        let controller = Controller::builder(self.policy.clone())
+            .content_steering(ContentSteeringSteerer::new(
+                p("content-steering"),
+                plan.clone(),
+            ))
+            .monitor(monitor.build().unwrap())
+            .interval(ROUND)
+            .build()
+            .unwrap();
+        feed(&controller);
+        controller.round(SystemClock.now()).await;
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let steering = format!("http://{}", listener.local_addr().unwrap());
+        let pathways = self
+            .edges
+            .iter()
+            .map(|(e, base)| Pathway {
+                id: e.name.to_owned(),
+                base: format!("{base}/").parse().unwrap(),
+            })
+            .collect();
+        let service = SteeringService::new(SteeringConfig::from_policy(&self.policy), plan)
+            .origins(["*"])
+            .manifests(
+                format!("{}/", self.origin).parse().unwrap(),
+                format!("{steering}/").parse().unwrap(),
+                TagOptions {
+                    server_uri: String::new(),
+                    default_pathway: A.to_owned(),
+                    pathways,
+                },
+            )
+            .unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let router = service
+            .router()
+            .layer(middleware::from_fn_with_state(seen.clone(), record));
+        let (stop, stopped) = watch::channel(false);
+        let limits = ServeLimits::default()
+            .max_connections(128)
+            .per_client_connections(16)
+            .header_timeout(Duration::from_secs(1));
+        let mut s = stopped.clone();
+        tokio::spawn(async move {
+            serve(listener, router, limits, async move {
+                let _ = s.wait_for(|v| *v).await;
+            })
+            .await
+            .unwrap();
+        });
+        let (c, mut s) = (controller.clone(), stopped);
+        tokio::spawn(async move {
+            c.run(SystemClock, async move {
+                let _ = s.wait_for(|v| *v).await;
+            })
+            .await;
+        });
+        Arc::new(Lab {
+            controller,
+            service,
+            steering,
+            seen,
+            edges: self.edges.clone(),
+            ladder: self.ladder.clone(),
+            stop,
+            hostile: Mutex::new(None),
+        })
     }
 }
 
 impl Lab {
-    async fn prefer(&self, first: &str) {
-        self.steerer
-            .apply(&plan(first), &ApplyOptions::default())
-            .await
-            .unwrap();
-    }
-
-    fn cap(&self, kbps: u32) {
-        for edge in [&self.a, &self.b] {
-            edge.cap_kbps.store(kbps, Ordering::SeqCst);
-        }
-    }
-
-    /// Back to the start: everyone on `cdn-a`, both edges up, no cap.
-    async fn reset(&self) {
-        self.prefer(A).await;
-        self.plan.set_unavailable(BTreeSet::new());
-        self.a.down.store(false, Ordering::SeqCst);
-        self.b.down.store(false, Ordering::SeqCst);
-        self.cap(0);
+    fn host(&self, i: usize) -> String {
+        self.edges[i].1.trim_start_matches("http://").to_owned()
     }
 
     async fn control(&self, action: &str) -> Result<(), String> {
         let rungs = self.ladder.rungs();
         match action {
-            "prefer-a" => self.prefer(A).await,
-            "prefer-b" => self.prefer(B).await,
-            "down-a" => {
-                self.plan.set_unavailable([p(A)].into());
-                self.a.down.store(true, Ordering::SeqCst);
+            "pin-b" => {
+                let until = SystemClock.now() + Duration::from_secs(3600);
+                self.controller
+                    .operate(
+                        Operator::new("players-test", "cloudflare is faster for everyone"),
+                        Command::Pin {
+                            network: NetworkKey::Global,
+                            weights: [(p(B), Share::percent(100)), (p(A), Share::percent(0))]
+                                .into(),
+                            until,
+                        },
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
+            "kill-a" => self.edges[0].0.dead.store(true, Ordering::SeqCst),
             // The ladder is kept highest first.
-            "cap-low" => self.cap(rungs[rungs.len() - 1].kbps),
-            "cap-lift" => self.cap(rungs[0].kbps),
+            "cap-low" => {
+                let low = &rungs[rungs.len() - 1].name;
+                for (edge, _) in &self.edges {
+                    edge.cap.cap_at(low).map_err(|e| e.to_string())?;
+                }
+            }
+            "cap-lift" => {
+                for (edge, _) in &self.edges {
+                    edge.cap.lift();
+                }
+            }
             "hostile" => {
-                let url = self.steering_url.clone();
-                *self.hostile.lock().unwrap() = Some(tokio::spawn(hostile_clients(url)));
+                let addr = self.steering.trim_start_matches("http://").parse().unwrap();
+                *self.hostile.lock().unwrap() = Some(tokio::spawn(hostile_clients(addr)));
             }
             _ => return Err(format!("unknown action {action}")),
         }
         Ok(())
     }
+
+    /// What the steering service answers now and what the players asked it, for failure
+    /// messages.
+    async fn diagnose(&self) -> String {
+        let now: Value = match reqwest::get(format!("{}/steering/hls.json", self.steering)).await {
+            Ok(r) => r.json().await.unwrap_or(Value::Null),
+            Err(e) => Value::String(e.to_string()),
+        };
+        let plan = self.controller.plan().await;
+        let asked: Vec<String> = self
+            .players()
+            .iter()
+            .map(|s| format!("{} {}", s.path, s.status))
+            .collect();
+        format!(
+            "\nthe service answers now: {now}\nthe plan: {:?}\nthe players asked: {asked:?}",
+            plan.cohorts
+                .iter()
+                .map(|c| format!("{}: {}", c.cohort, c.weights))
+                .collect::<Vec<_>>()
+        )
+    }
+
+    /// The players' steering requests (from 127.0.0.1), as (path, status, when).
+    fn players(&self) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| {
+                s.client == Some(IpAddr::from([127, 0, 0, 1])) && s.path.starts_with("/steering/")
+            })
+            .cloned()
+            .collect()
+    }
 }
 
-/// The steering server's other clients: a few hundred requests with empty throughputs,
-/// malformed and hostile query strings. Returns how many were answered.
-async fn hostile_clients(steering: String) -> usize {
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The steering server's other clients
+
+/// What the hostile clients got.
+#[derive(Debug, Default)]
+struct Hostile {
+    /// Answers by status.
+    statuses: BTreeMap<u16, u64>,
+    /// Requests that got no answer at all.
+    unanswered: u64,
+    /// Idle connections the server accepted and closed, refused, or left open.
+    idle_closed: u64,
+    idle_open: u64,
+}
+
+/// The steering server's other clients: for ten seconds, from [`FLOODER`], a stream of
+/// half-sent requests left idle (a few hundred connections in all), and from [`OTHER_CLIENT`]
+/// a few hundred requests with empty throughputs, malformed and hostile query strings.
+async fn hostile_clients(server: SocketAddr) -> Hostile {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut out = Hostile::default();
+    let other = IpAddr::from(OTHER_CLIENT);
+    let flooder = IpAddr::from(FLOODER);
+    // The idle flood: opened in waves, each connection sending half a request's headers.
+    let flood = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        for _ in 0..10 {
+            for _ in 0..40 {
+                let socket = TcpSocket::new_v4().unwrap();
+                socket.bind(SocketAddr::new(flooder, 0)).unwrap();
+                if let Ok(Ok(mut s)) =
+                    tokio::time::timeout(Duration::from_secs(2), socket.connect(server)).await
+                {
+                    let _ = s
+                        .write_all(b"GET /steering/hls.json HTTP/1.1\r\nHost: x\r\n")
+                        .await;
+                    conns.push(s);
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        // Each was answered (the overload answer) and closed, or timed out and closed.
+        let (mut closed, mut open) = (0, 0);
+        for mut s in conns {
+            let mut buf = [0u8; 256];
+            match tokio::time::timeout(Duration::from_secs(3), async {
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await
+            {
+                Ok(()) => closed += 1,
+                Err(_) => open += 1,
+            }
+        }
+        (closed, open)
+    });
     let long = "x".repeat(4000);
-    let many = vec!["cdn-a"; 40].join(",");
+    let many = vec![A; 40].join(",");
     let queries = [
-        "_HLS_pathway=cdn-a&_HLS_throughput=".to_owned(),
-        "_HLS_pathway=cdn-a,cdn-b&_HLS_throughput=,".to_owned(),
-        "_DASH_pathway=%22cdn-a,cdn-b%22&_DASH_throughput=,5000000".to_owned(),
+        format!("_HLS_pathway={A}&_HLS_throughput="),
+        format!("_HLS_pathway={A},{B}&_HLS_throughput=,"),
+        format!("_DASH_pathway=%22{A},{B}%22&_DASH_throughput=,5000000"),
         "_DASH_pathway=&_DASH_throughput=".to_owned(),
-        "_HLS_throughput=NaN&_HLS_pathway=cdn-a".to_owned(),
-        "_HLS_pathway=cdn-a&_HLS_throughput=-1e308".to_owned(),
+        format!("_HLS_throughput=NaN&_HLS_pathway={A}"),
+        format!("_HLS_pathway={A}&_HLS_throughput=-1e308"),
         "_HLS_pathway=%00%ff%fe&_HLS_throughput=1".to_owned(),
         "session=../../etc/passwd&version=-1".to_owned(),
         "session=%zz%&&&==&_HLS_pathway".to_owned(),
         format!("session={long}&_HLS_pathway={long}&_HLS_throughput=1"),
         format!("_HLS_pathway={many}&_HLS_throughput=1"),
-        "_HLS_pathway=cdn-a&_HLS_pathway=cdn-b&_HLS_throughput=1&_HLS_throughput=x".to_owned(),
+        format!("_HLS_pathway={A}&_HLS_pathway={B}&_HLS_throughput=1&_HLS_throughput=x"),
         "%3Cscript%3Ealert(1)%3C/script%3E=1".to_owned(),
         String::new(),
     ];
-    let client = reqwest::Client::new();
-    let mut answered = 0;
+    let client = reqwest::Client::builder()
+        .local_address(other)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
     for round in 0..25 {
         for (i, q) in queries.iter().enumerate() {
             let family = if (round + i) % 2 == 0 { "hls" } else { "dash" };
-            let r = client
-                .get(format!("{steering}/steering/{family}.json?{q}"))
-                .header("x-hostile", "1")
+            match client
+                .get(format!("http://{server}/steering/{family}.json?{q}"))
                 .send()
-                .await;
-            if r.is_ok() {
-                answered += 1;
+                .await
+            {
+                Ok(r) => *out.statuses.entry(r.status().as_u16()).or_default() += 1,
+                Err(_) => out.unanswered += 1,
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    answered
+    let (closed, open) = flood.await.unwrap();
+    out.idle_closed = closed;
+    out.idle_open = open;
+    out
 }
+
+// ---------------------------------------------------------------------------------------------
+// The page server
 
 fn file_response(path: &Path, kind: &'static str) -> Response {
     match std::fs::read(path) {
@@ -552,10 +695,12 @@ fn file_response(path: &Path, kind: &'static str) -> Response {
     }
 }
 
-fn page_router(lab: Arc<Lab>, modules: PathBuf) -> Router {
+/// The scenario running now, for the page's `/control/<action>`.
+type Current = Arc<Mutex<Option<Arc<Lab>>>>;
+
+fn page_router(current: Current, modules: PathBuf) -> Router {
     let dir = Path::new(MANIFEST_DIR);
     let page = dir.join("tests/players/player.html");
-    let cmsd = dir.join("src/service/assets/cmsd-hls.js");
     let hls = modules.join("hls.js/dist/hls.min.js");
     let dash = modules.join("dashjs/dist/modern/umd/dash.all.min.js");
     let js = "text/javascript";
@@ -566,7 +711,10 @@ fn page_router(lab: Arc<Lab>, modules: PathBuf) -> Router {
         )
         .route(
             "/assets/cmsd-hls.js",
-            get(move || async move { file_response(&cmsd, js) }),
+            // The snippet as the steering service serves it at /steering/cmsd-hls.js.
+            get(move || async move {
+                ([(header::CONTENT_TYPE, js)], multicdn::service::CMSD_HLS_JS).into_response()
+            }),
         )
         .route(
             "/lib/hls.min.js",
@@ -579,7 +727,11 @@ fn page_router(lab: Arc<Lab>, modules: PathBuf) -> Router {
         .route(
             "/control/{action}",
             post(
-                move |State(lab): State<Arc<Lab>>, UrlPath(action): UrlPath<String>| async move {
+                move |State(current): State<Current>, UrlPath(action): UrlPath<String>| async move {
+                    let lab = current.lock().unwrap().clone();
+                    let Some(lab) = lab else {
+                        return (StatusCode::CONFLICT, "no scenario is running\n".to_owned());
+                    };
                     match lab.control(&action).await {
                         Ok(()) => (StatusCode::OK, "ok\n".to_owned()),
                         Err(e) => (StatusCode::BAD_REQUEST, e),
@@ -587,20 +739,13 @@ fn page_router(lab: Arc<Lab>, modules: PathBuf) -> Router {
                 },
             ),
         )
-        .with_state(lab)
-}
-
-async fn serve(router: Router) -> String {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", l.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(l, router).await.unwrap() });
-    base
+        .with_state(current)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Driving the page
 
-/// The steps that open the player page and wait until both players play from `cdn-a`.
+/// The steps that open the player page and wait until both players play from `fastly`.
 fn open(page: &str, steering: &str, a_host: &str) -> Vec<Value> {
     let hls = format!("{steering}/manifests/hls/master.m3u8");
     let dash = format!("{steering}/manifests/dash/manifest.mpd");
@@ -618,6 +763,7 @@ fn open(page: &str, steering: &str, a_host: &str) -> Vec<Value> {
                  player.hls.time > 0.5 && player.dash.time > 0.5"
             ),
             "timeout_ms": 20000,
+            "soft": true,
         }),
     ]
 }
@@ -690,9 +836,318 @@ fn job(steps: Vec<Value>) -> Value {
     json!({"timeout_ms": 60000, "strict": false, "steps": steps})
 }
 
+// ---------------------------------------------------------------------------------------------
+// The scenarios
+
+/// What the scenarios share.
+struct Run {
+    bench: Bench,
+    current: Current,
+    driver: PathBuf,
+    page: String,
+    switch_bound: f64,
+}
+
+impl Run {
+    /// A fresh lab, made the current one.
+    async fn lab(&self) -> Arc<Lab> {
+        let lab = self.bench.lab().await;
+        *self.current.lock().unwrap() = Some(lab.clone());
+        lab
+    }
+
+    /// Opens the page on `lab`'s manifests, runs `steps`, and returns the result; a wait that
+    /// timed out fails the scenario with what both players did and what the service said.
+    async fn play(&self, lab: &Lab, what: &str, steps: Vec<Value>) -> Value {
+        let mut all = open(&self.page, &lab.steering, &lab.host(0));
+        all.extend(steps);
+        all.push(json!({"eval": SUMMARY}));
+        let result = drive(&self.driver, job(all)).await;
+        let steps = result["steps"].as_array().unwrap();
+        if let Some(waited) = steps.iter().find(|s| s["timed_out"] == json!(true)) {
+            panic!(
+                "{what}: waited in vain for {}\nthe players: {}{}",
+                waited["wait_fn"],
+                steps.last().unwrap()["value"],
+                lab.diagnose().await
+            );
+        }
+        result
+    }
+}
+
+/// a. An operator pins everyone to `cloudflare`; the next round's plan prefers it.
+async fn plan_change(run: &Run) {
+    let lab = run.lab().await;
+    let (a_host, b_host) = (lab.host(0), lab.host(1));
+    let t = Instant::now();
+    let result = run
+        .play(
+            &lab,
+            "a. plan change",
+            vec![
+                json!({"eval": "control('pin-b').then((t) => { window.t0 = t; return t; })"}),
+                json!({"wait_fn": both(&format!("s.host === '{b_host}'"), "t0"), "timeout_ms": 15000, "soft": true}),
+                json!({"eval": first_after("t0", &format!("s.host === '{b_host}'"))}),
+                json!({"sleep_ms": 2500}),
+                json!({"eval": SUMMARY}),
+            ],
+        )
+        .await;
+    let v = evals(&result);
+    let switch = ms(v[1]);
+    let summary: Value = serde_json::from_str(v[2].as_str().unwrap()).unwrap();
+    println!(
+        "a. pin to cloudflare: hls.js on it after {:.0} ms, dash.js after {:.0} ms \
+         (bound {:.0} ms = TTL {} s + segment {} s + slack {} s); page {:.1} s",
+        switch[0],
+        switch[1],
+        run.switch_bound,
+        TTL.as_secs(),
+        SEGMENT.as_secs(),
+        SLACK.as_secs(),
+        t.elapsed().as_secs_f64()
+    );
+    assert_clean(&result, "plan change", &|_| false);
+    let why = lab.diagnose().await;
+    for (player, ms) in ["hls.js", "dash.js"].iter().zip(&switch) {
+        assert!(
+            *ms <= run.switch_bound,
+            "{player} took {ms} ms to follow the plan (bound {} ms): {summary}{why}",
+            run.switch_bound
+        );
+    }
+    // Before the pin every video segment came from fastly; after the switch, every one from
+    // cloudflare.
+    let t0 = v[0].as_f64().unwrap();
+    for (s, switched) in summary.as_array().unwrap().iter().zip(&switch) {
+        for seg in s["video"].as_array().unwrap() {
+            let (host, at) = (seg[0].as_str().unwrap(), seg[2].as_f64().unwrap());
+            if at < t0 {
+                assert_eq!(host, a_host, "{} before the pin: {s}", s["player"]);
+            } else if at > t0 + switched {
+                assert_eq!(host, b_host, "{} after its switch: {s}", s["player"]);
+            }
+        }
+    }
+    let journal = lab.controller.journal().await;
+    assert!(
+        format!("{journal:?}").contains("cloudflare is faster for everyone"),
+        "the journal says why the plan changed"
+    );
+}
+
+/// b. `fastly` dies mid-play; the monitor marks it down and the service stops offering it.
+async fn provider_dies(run: &Run) {
+    let lab = run.lab().await;
+    let (a_host, b_host) = (lab.host(0), lab.host(1));
+    let a = lab.edges[0].0.clone();
+    let refused_before = a.refused.load(Ordering::SeqCst);
+    let t = Instant::now();
+    let result = run
+        .play(
+            &lab,
+            "b. fastly dies",
+            vec![
+                json!({"eval": "control('kill-a').then((t) => { window.t0 = t; return t; })"}),
+                json!({"wait_fn": both(&format!("s.host === '{b_host}'"), "t0"), "timeout_ms": 15000, "soft": true}),
+                json!({"eval": first_after("t0", &format!("s.host === '{b_host}'"))}),
+                json!({"sleep_ms": 6000}),
+                // Fetches from fastly after each player's first cloudflare segment.
+                json!({"eval": format!(
+                    "['hls', 'dash'].map((k) => {{ const segs = player[k].segments; \
+                     const i = segs.findIndex((s) => s.at >= window.t0 && s.host === '{b_host}'); \
+                     return segs.slice(i).filter((s) => s.host === '{a_host}').map((s) => s.url); }})"
+                )}),
+                json!({"eval": "['hls', 'dash'].map((k) => player[k].time)"}),
+                json!({"eval": SUMMARY}),
+            ],
+        )
+        .await;
+    let v = evals(&result);
+    let switch = ms(v[1]);
+    let back = v[2].as_array().unwrap();
+    let summary = v[4];
+    let ledger = lab.controller.ledger().await;
+    let down = ledger
+        .health()
+        .get(&p(A))
+        .is_some_and(|h| h.state == HealthState::Down);
+    println!(
+        "b. fastly dies (503 to everything): hls.js on cloudflare after {:.0} ms, dash.js after \
+         {:.0} ms; fastly refused {} requests; marked down: {down}; page {:.1} s",
+        switch[0],
+        switch[1],
+        a.refused.load(Ordering::SeqCst) - refused_before,
+        t.elapsed().as_secs_f64()
+    );
+    let a_origin = lab.edges[0].1.clone();
+    assert_clean(&result, "fastly dies", &|text| {
+        text.contains("503") || text.contains(&a_origin)
+    });
+    assert!(down, "the monitor marked fastly down: {ledger:?}");
+    let why = lab.diagnose().await;
+    for (player, ms) in ["hls.js", "dash.js"].iter().zip(&switch) {
+        assert!(
+            *ms <= run.switch_bound,
+            "{player} took {ms} ms to leave fastly (bound {} ms): {summary}{why}",
+            run.switch_bound
+        );
+    }
+    for (player, urls) in ["hls.js", "dash.js"].iter().zip(back) {
+        assert_eq!(
+            urls.as_array().unwrap().len(),
+            0,
+            "{player} went back to fastly: {urls}"
+        );
+    }
+    // The service no longer offers fastly.
+    let body: Value = reqwest::get(format!("{}/steering/hls.json", lab.steering))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["PATHWAY-PRIORITY"], json!([B]), "{body}");
+}
+
+/// c. The edges cap at the low rung, then lift the cap.
+async fn quality_cap(run: &Run, low: (u32, u32), high: (u32, u32)) {
+    let lab = run.lab().await;
+    let t = Instant::now();
+    let result = run
+        .play(
+            &lab,
+            "c. quality cap",
+            vec![
+                json!({
+                    "wait_fn": format!(
+                        "player.hls.height === {h} && player.dash.height === {h}",
+                        h = high.1
+                    ),
+                    "timeout_ms": 20000,
+                    "soft": true,
+                }),
+                json!({"eval": "control('cap-low').then((t) => { window.t1 = t; return t; })"}),
+                json!({"wait_fn": both(&format!("s.height === {}", low.1), "t1"), "timeout_ms": 20000, "soft": true}),
+                json!({"eval": first_after("t1", &format!("s.height === {}", low.1))}),
+                json!({"eval": "control('cap-lift').then((t) => { window.t2 = t; return t; })"}),
+                // ABR climbs back at its own pace (dash.js's BOLA has taken up to 18 s here).
+                json!({"wait_fn": both(&format!("s.height === {}", high.1), "t2"), "timeout_ms": 30000, "soft": true}),
+                json!({"eval": first_after("t2", &format!("s.height === {}", high.1))}),
+                json!({"eval": "[player.hls.cap, player.hls.mb]"}),
+                json!({"eval": SUMMARY}),
+            ],
+        )
+        .await;
+    let v = evals(&result);
+    let (down, up) = (ms(v[1]), ms(v[3]));
+    println!(
+        "c. cap at {}p (mb={}): hls.js on it after {:.0} ms, dash.js after {:.0} ms; \
+         lift (mb={}): hls.js back on {}p after {:.0} ms, dash.js after {:.0} ms; \
+         hls.js autoLevelCapping/mb at the end: {}; page {:.1} s",
+        low.1,
+        low.0,
+        down[0],
+        down[1],
+        high.0,
+        high.1,
+        up[0],
+        up[1],
+        v[4],
+        t.elapsed().as_secs_f64()
+    );
+    assert_clean(&result, "quality cap", &|_| false);
+    assert_eq!(
+        v[4],
+        &json!([-1, high.0]),
+        "the lift leaves hls.js uncapped"
+    );
+}
+
+/// d. Hostile and empty reports and a flood of idle connections while the players play.
+async fn hostile(run: &Run) {
+    let lab = run.lab().await;
+    let t = Instant::now();
+    let before = lab.players().len();
+    let started = Instant::now();
+    let result = run
+        .play(
+            &lab,
+            "d. hostile clients",
+            vec![
+                json!({"eval": "control('hostile').then((t) => { window.t3 = t; window.v3 = [player.hls.time, player.dash.time]; return t; })"}),
+                json!({
+                    "wait_fn": "player.hls.time > window.v3[0] + 8 && player.dash.time > window.v3[1] + 8 \
+                                && !player.hls.error && !player.dash.error",
+                    "timeout_ms": 25000,
+                    "soft": true,
+                }),
+                json!({"eval": both("true", "t3")}),
+                json!({"eval": SUMMARY}),
+            ],
+        )
+        .await;
+    let v = evals(&result);
+    let task = lab.hostile.lock().unwrap().take();
+    let hostile = task
+        .expect("the page started no hostile clients")
+        .await
+        .unwrap();
+    let players = lab.players();
+    let during: Vec<&Seen> = players[before..]
+        .iter()
+        .filter(|s| s.at >= started)
+        .collect();
+    let stats = lab.service.stats();
+    println!(
+        "d. hostile requests answered {:?} ({} unanswered); idle connections closed {}, left \
+         open {}; the players made {} steering requests meanwhile, statuses {:?}; service {stats:?}; \
+         page {:.1} s",
+        hostile.statuses,
+        hostile.unanswered,
+        hostile.idle_closed,
+        hostile.idle_open,
+        during.len(),
+        during.iter().map(|s| s.status).collect::<BTreeSet<_>>(),
+        t.elapsed().as_secs_f64()
+    );
+    assert_clean(&result, "hostile clients", &|_| false);
+    assert_eq!(hostile.unanswered, 0, "every hostile request is answered");
+    assert_eq!(hostile.statuses.values().sum::<u64>(), 14 * 25);
+    assert!(
+        hostile.statuses.keys().all(|s| *s < 500),
+        "a hostile request got a server error: {:?}",
+        hostile.statuses
+    );
+    assert_eq!(hostile.idle_open, 0, "every idle connection was closed");
+    assert_eq!(
+        v[1],
+        &json!(true),
+        "both players went on fetching: {}",
+        v[2]
+    );
+    assert!(
+        during.iter().all(|s| s.status == 200),
+        "a player's steering request failed: {during:?}"
+    );
+    // Both players kept reloading at the TTL's pace: none was put on the overload TTL.
+    for family in ["hls", "dash"] {
+        let n = during
+            .iter()
+            .filter(|s| s.path == format!("/steering/{family}.json"))
+            .count();
+        let expected = started.elapsed().as_secs_f64() / TTL.as_secs_f64();
+        assert!(
+            n as f64 >= expected / 2.0,
+            "{family}: {n} steering requests in {:.1} s at TTL {} s",
+            started.elapsed().as_secs_f64(),
+            TTL.as_secs()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not finished: in scenario a at least one of the players does not reach cdn-b within 15 s \
-            of the plan change (players start on cdn-a and play); run with --ignored"]
 async fn hls_js_and_dash_js_follow_content_steering_and_cmsd_quality_caps() {
     let Some(driver) = driver() else { return };
     let Some(media) = media() else { return };
@@ -717,268 +1172,43 @@ async fn hls_js_and_dash_js_follow_content_steering_and_cmsd_quality_caps() {
             .map(|(kbps, height)| (format!("{height}p"), *kbps)),
     )
     .unwrap();
-
-    let edge = |name| {
-        Arc::new(Edge {
+    let policy = policy();
+    let mut edges = Vec::new();
+    for name in [A, B] {
+        let edge = Arc::new(Edge {
             name,
             media: media.clone(),
-            down: AtomicBool::new(false),
-            cap_kbps: AtomicU32::new(0),
+            health: policy.health.expect.clone(),
+            dead: AtomicBool::new(false),
+            cap: QualityCap::new(name, ladder.clone()).unwrap(),
             segments: Mutex::new(BTreeMap::new()),
             refused: AtomicU64::new(0),
-        })
-    };
-    let (a, b) = (edge(A), edge(B));
-    let a_base = serve(edge_router(a.clone())).await;
-    let b_base = serve(edge_router(b.clone())).await;
-    let a_host = a_base.trim_start_matches("http://").to_owned();
-    let b_host = b_base.trim_start_matches("http://").to_owned();
-
-    let shared = SharedPlan::new();
-    let steerer = ContentSteeringSteerer::new(p("content-steering"), shared.clone())
-        .with_known_pathways(vec![p(A), p(B)]);
-    let config = SteeringConfig::default()
-        .ttl(TTL)
-        .reload_uris("/steering/hls.json", "/steering/dash.json");
-    let steering_l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let steering_base = format!("http://{}", steering_l.local_addr().unwrap());
-    let steering = Arc::new(Steering {
-        handler: ContentSteering::new(config, shared.clone()),
-        media: media.clone(),
-        hosts: Hosts {
-            steering: steering_base.clone(),
-            a: a_base.clone(),
-            b: b_base.clone(),
+        });
+        let base = listen(edge_router(edge.clone())).await;
+        edges.push((edge, base));
+    }
+    let edges: [(Arc<Edge>, String); 2] = edges.try_into().unwrap();
+    let origin = listen(origin_router(media.clone())).await;
+    let current: Current = Arc::new(Mutex::new(None));
+    let page = listen(page_router(current.clone(), modules)).await;
+    let run = Run {
+        bench: Bench {
+            policy,
+            edges: edges.clone(),
+            origin,
+            ladder,
         },
-        players: Mutex::new(Vec::new()),
-        hostile: Mutex::new(BTreeMap::new()),
-    });
-    let router = steering_router(steering.clone());
-    tokio::spawn(async move { axum::serve(steering_l, router).await.unwrap() });
-
-    let lab = Arc::new(Lab {
-        steerer,
-        plan: shared.clone(),
-        a: a.clone(),
-        b: b.clone(),
-        ladder,
-        steering_url: steering_base.clone(),
-        hostile: Mutex::new(None),
-    });
-    let page = serve(page_router(lab.clone(), modules)).await;
-    let no_errors = |_: &str| false;
-    let switch_bound = (TTL + SEGMENT + SLACK).as_millis() as f64;
+        current,
+        driver,
+        page,
+        switch_bound: (TTL + SEGMENT + SLACK).as_millis() as f64,
+    };
     let started = Instant::now();
-
-    // a. A plan preferring cdn-a, then one preferring cdn-b.
-    lab.reset().await;
-    let mut steps = open(&page, &steering_base, &a_host);
-    steps.extend([
-        json!({"eval": "control('prefer-b').then((t) => { window.t0 = t; return t; })"}),
-        json!({"wait_fn": both(&format!("s.host === '{b_host}'"), "t0"), "timeout_ms": 15000}),
-        json!({"eval": first_after("t0", &format!("s.host === '{b_host}'"))}),
-        json!({"sleep_ms": 2500}),
-        json!({"eval": first_after("t0", "true")}),
-        json!({"eval": SUMMARY}),
-    ]);
-    let t = Instant::now();
-    let result = drive(&driver, job(steps)).await;
-    let v = evals(&result);
-    let switch = ms(v[1]);
-    let summary: Value = serde_json::from_str(v[3].as_str().unwrap()).unwrap();
-    println!(
-        "a. plan change cdn-a -> cdn-b: hls.js on cdn-b after {:.0} ms, dash.js after {:.0} ms \
-         (bound {switch_bound:.0} ms = TTL {} s + segment {} s + slack {} s); page {:.1} s",
-        switch[0],
-        switch[1],
-        TTL.as_secs(),
-        SEGMENT.as_secs(),
-        SLACK.as_secs(),
-        t.elapsed().as_secs_f64()
-    );
-    assert_clean(&result, "plan change", &no_errors);
-    for (player, ms) in ["hls.js", "dash.js"].iter().zip(&switch) {
-        assert!(
-            *ms <= switch_bound,
-            "{player} took {ms} ms to follow the plan (bound {switch_bound} ms): {summary}"
-        );
-    }
-    // Before the change every video segment came from cdn-a; well after it, every one from cdn-b.
-    for s in summary.as_array().unwrap() {
-        let t0 = v[0].as_f64().unwrap();
-        for seg in s["video"].as_array().unwrap() {
-            let (host, at) = (seg[0].as_str().unwrap(), seg[2].as_f64().unwrap());
-            if at < t0 {
-                assert_eq!(host, a_host, "{} before the change: {s}", s["player"]);
-            } else if at > t0 + switch_bound + 500.0 {
-                assert_eq!(host, b_host, "{} after the change: {s}", s["player"]);
-            }
-        }
-    }
-
-    // b. cdn-a unavailable and answering 503.
-    lab.reset().await;
-    let refused_before = a.refused.load(Ordering::SeqCst);
-    let mut steps = open(&page, &steering_base, &a_host);
-    steps.extend([
-        json!({"eval": "control('down-a').then((t) => { window.t0 = t; return t; })"}),
-        json!({"wait_fn": both(&format!("s.host === '{b_host}'"), "t0"), "timeout_ms": 15000}),
-        json!({"eval": first_after("t0", &format!("s.host === '{b_host}'"))}),
-        json!({"sleep_ms": 5000}),
-        // Requests to cdn-a after each player's first cdn-b segment.
-        json!({"eval": format!(
-            "['hls', 'dash'].map((k) => {{ const segs = player[k].segments; \
-             const i = segs.findIndex((s) => s.at >= window.t0 && s.host === '{b_host}'); \
-             return segs.slice(i).filter((s) => s.host === '{a_host}').map((s) => s.url); }})"
-        )}),
-        json!({"eval": "['hls', 'dash'].map((k) => player[k].time)"}),
-        json!({"eval": SUMMARY}),
-    ]);
-    let t = Instant::now();
-    let result = drive(&driver, job(steps)).await;
-    let v = evals(&result);
-    let switch = ms(v[1]);
-    let back = v[2].as_array().unwrap();
-    let summary = v[4];
-    println!(
-        "b. cdn-a down (unavailable + 503): hls.js on cdn-b after {:.0} ms, dash.js after {:.0} ms; \
-         cdn-a refused {} requests; page {:.1} s",
-        switch[0],
-        switch[1],
-        a.refused.load(Ordering::SeqCst) - refused_before,
-        t.elapsed().as_secs_f64()
-    );
-    let a_origin = a_base.clone();
-    assert_clean(&result, "cdn-a down", &|text| {
-        text.contains("503") || text.contains(&a_origin)
-    });
-    for (player, ms) in ["hls.js", "dash.js"].iter().zip(&switch) {
-        assert!(
-            *ms <= switch_bound,
-            "{player} took {ms} ms to leave cdn-a (bound {switch_bound} ms): {summary}"
-        );
-    }
-    for (player, urls) in ["hls.js", "dash.js"].iter().zip(back) {
-        assert_eq!(
-            urls.as_array().unwrap().len(),
-            0,
-            "{player} went back to cdn-a: {urls}"
-        );
-    }
-    lab.reset().await;
-
-    // c. The edges cap at the low rung, then lift the cap.
-    let mut steps = open(&page, &steering_base, &a_host);
-    steps.extend([
-        json!({
-            "wait_fn": format!(
-                "player.hls.height === {h} && player.dash.height === {h}",
-                h = high.1
-            ),
-            "timeout_ms": 20000,
-        }),
-        json!({"eval": "control('cap-low').then((t) => { window.t1 = t; return t; })"}),
-        json!({"wait_fn": both(&format!("s.height === {}", low.1), "t1"), "timeout_ms": 20000}),
-        json!({"eval": first_after("t1", &format!("s.height === {}", low.1))}),
-        json!({"eval": "control('cap-lift').then((t) => { window.t2 = t; return t; })"}),
-        json!({"wait_fn": both(&format!("s.height === {}", high.1), "t2"), "timeout_ms": 20000}),
-        json!({"eval": first_after("t2", &format!("s.height === {}", high.1))}),
-        json!({"eval": "[player.hls.cap, player.hls.mb]"}),
-        json!({"eval": SUMMARY}),
-    ]);
-    let t = Instant::now();
-    let result = drive(&driver, job(steps)).await;
-    let v = evals(&result);
-    let (down, up) = (ms(v[1]), ms(v[3]));
-    println!(
-        "c. cap at {}p (mb={}): hls.js on it after {:.0} ms, dash.js after {:.0} ms; \
-         lift (mb={}): hls.js back on {}p after {:.0} ms, dash.js after {:.0} ms; \
-         hls.js autoLevelCapping/mb at the end: {}; page {:.1} s",
-        low.1,
-        low.0,
-        down[0],
-        down[1],
-        high.0,
-        high.1,
-        up[0],
-        up[1],
-        v[4],
-        t.elapsed().as_secs_f64()
-    );
-    assert_clean(&result, "quality cap", &no_errors);
-    assert_eq!(
-        v[4],
-        &json!([-1, high.0]),
-        "the lift leaves hls.js uncapped"
-    );
-    lab.reset().await;
-
-    // d. Hostile and empty reports from other clients while the players play.
-    let mut steps = open(&page, &steering_base, &a_host);
-    steps.extend([
-        json!({"eval": "control('hostile').then((t) => { window.t3 = t; window.v3 = [player.hls.time, player.dash.time]; return t; })"}),
-        json!({
-            "wait_fn": "player.hls.time > window.v3[0] + 5 && player.dash.time > window.v3[1] + 5 \
-                        && !player.hls.error && !player.dash.error",
-            "timeout_ms": 20000,
-        }),
-        json!({"eval": both("true", "t3")}),
-        json!({"eval": SUMMARY}),
-    ]);
-    let players_before = steering.players.lock().unwrap().len();
-    let t = Instant::now();
-    let result = drive(&driver, job(steps)).await;
-    let v = evals(&result);
-    let answered = lab
-        .hostile
-        .lock()
-        .unwrap()
-        .take()
-        .expect("the page started no hostile clients");
-    let answered = answered.await.unwrap();
-    let hostile = steering.hostile.lock().unwrap().clone();
-    let players = steering.players.lock().unwrap().clone();
-    let during = &players[players_before..];
-    println!(
-        "d. {answered} hostile steering requests answered {hostile:?}; the players made {} \
-         steering requests meanwhile, statuses {:?}; page {:.1} s",
-        during.len(),
-        during.iter().map(|(_, s, _)| *s).collect::<BTreeSet<_>>(),
-        t.elapsed().as_secs_f64()
-    );
-    assert_clean(&result, "hostile clients", &no_errors);
-    assert_eq!(answered, 14 * 25, "every hostile request is answered");
-    assert!(
-        hostile.keys().all(|s| *s < 500),
-        "a hostile request got a server error: {hostile:?}"
-    );
-    assert_eq!(
-        v[1],
-        &json!(true),
-        "both players went on fetching: {}",
-        v[2]
-    );
-    assert!(
-        during.iter().all(|(_, s, _)| *s == 200),
-        "a player's steering request failed: {during:?}"
-    );
-
-    // What the handler made of the players' own reports, and what the edges served.
-    let mut reports: BTreeMap<(String, Option<String>), u64> = BTreeMap::new();
-    for (protocol, _, rejected) in &players {
-        *reports
-            .entry((format!("{protocol:?}"), rejected.clone()))
-            .or_default() += 1;
-    }
-    for ((protocol, rejected), n) in &reports {
-        match rejected {
-            None => println!("{protocol}: {n} steering requests with a readable (or no) report"),
-            Some(why) => {
-                println!("{protocol}: {n} steering requests whose report was set aside: {why}")
-            }
-        }
-    }
-    for e in [&a, &b] {
+    plan_change(&run).await;
+    provider_dies(&run).await;
+    quality_cap(&run, low, high).await;
+    hostile(&run).await;
+    for (e, _) in &edges {
         println!(
             "{} served segments {:?}",
             e.name,
@@ -988,14 +1218,5 @@ async fn hls_js_and_dash_js_follow_content_steering_and_cmsd_quality_caps() {
     println!(
         "browser time {:.1} s in all",
         started.elapsed().as_secs_f64()
-    );
-    let hls_steering = players
-        .iter()
-        .filter(|(p, _, _)| *p == Protocol::Hls)
-        .count();
-    let dash_steering = players.len() - hls_steering;
-    assert!(
-        hls_steering > 0 && dash_steering > 0,
-        "both players asked the steering server: {players:?}"
     );
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the test clip for multicdn's player test (tests/players.rs) into the directory $1:
-# 30 s of ffmpeg's test pattern with a sine tone, in two video rungs (320x180 at 400 kbps and
+# 60 s of ffmpeg's test pattern with a sine tone, in two video rungs (320x180 at 400 kbps and
 # 1280x720 at 2000 kbps, H.264 baseline/main) and one AAC track (64 kbps), cut into 2 s fMP4
 # (CMAF) segments that both manifests share:
 #
@@ -13,7 +13,7 @@
 # The test rewrites the manifests per CDN pathway; the clip itself is the same everywhere.
 set -euo pipefail
 out="${1:?usage: make-media.sh OUTPUT_DIR}"
-seconds="${CLIP_SECONDS:-30}"
+seconds="${CLIP_SECONDS:-60}"
 mkdir -p "$out"
 tmp="$(mktemp -d "$out/.make.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT

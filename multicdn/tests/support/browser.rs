@@ -72,7 +72,12 @@ pub(crate) async fn drive(driver: &Path, job: Value) -> Value {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_str(&stdout).unwrap()
+    serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "the browser driver's output is not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
 }
 
 /// The values of the job's `eval` steps, in order.
