@@ -166,7 +166,9 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     common::out!("Ctrl-C to stop");
-    serve(listener, service.router(), ServeLimits::default(), ctrl_c()).await?;
+    // Players connect directly here: one address gets at most 64 connections.
+    let limits = ServeLimits::default().per_client_connections(64);
+    serve(listener, service.router(), limits, ctrl_c()).await?;
     if let Some(a) = admin {
         let _ = a.await;
     }

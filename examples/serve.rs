@@ -459,6 +459,14 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
     if let Some(t) = &token {
         steering = steering.admin_token(t.clone());
     }
+    // Players and browsers that connect directly get a per-address connection cap, so one host
+    // cannot take every slot; behind trusted proxies every connection comes from a few
+    // addresses, so there the global cap is the only one.
+    let public_limits = if config.trusted_proxies.is_empty() {
+        ServeLimits::default().per_client_connections(64)
+    } else {
+        ServeLimits::default()
+    };
     let service = Service::new(controller, config);
 
     common::out!("multicdn serve: {}", policy_path.display());
@@ -512,7 +520,7 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
             s.serve_with(
                 public_listener,
                 steering.router(),
-                ServeLimits::default(),
+                public_limits,
                 stopped(rx),
             )
             .await

@@ -340,6 +340,81 @@ async fn idle_connections_are_capped_and_timed_out_while_players_are_served() {
 }
 
 #[tokio::test]
+async fn the_hls_js_cmsd_snippet_is_served_beside_the_steering_routes() {
+    let r = start(policy_config(), ServeLimits::default()).await;
+    let resp = reqwest::Client::new()
+        .get(format!("{}/steering/cmsd-hls.js", r.public))
+        .header("Origin", PAGE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
+    assert_eq!(resp.headers()["access-control-allow-origin"], PAGE);
+    let body = resp.text().await.unwrap();
+    assert_eq!(body, multicdn::service::CMSD_HLS_JS);
+    assert!(body.contains("function multicdnCmsdHls(hls, Hls)"));
+}
+
+#[tokio::test]
+async fn one_address_cannot_take_every_connection_slot() {
+    use tokio::io::AsyncReadExt;
+    let limits = ServeLimits::default()
+        .max_connections(64)
+        .per_client_connections(8)
+        .header_timeout(Duration::from_secs(30));
+    let r = start(policy_config(), limits).await;
+    let addr: SocketAddr = r.public.trim_start_matches("http://").parse().unwrap();
+    // Eight idle connections from 127.0.0.3 hold their slots (the header timeout is long)...
+    let connect = || async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.3:0".parse().unwrap()).unwrap();
+        let mut s = socket.connect(addr).await.unwrap();
+        s.write_all(b"GET /steering/hls.json HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        s
+    };
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        idle.push(connect().await);
+    }
+    // ...so its ninth is answered 503 and closed at once,
+    let mut ninth = connect().await;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), ninth.read_to_string(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("Retry-After: 1"), "{answer}");
+    // while a player on another address is answered.
+    let resp = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+        .get(format!("{}/steering/hls.json", r.public))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // A slot given back is free again for that address.
+    drop(idle.pop());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut again = connect().await;
+    let mut buf = [0u8; 16];
+    let waited = tokio::time::timeout(Duration::from_millis(500), again.read(&mut buf)).await;
+    assert!(
+        waited.is_err(),
+        "the freed slot was given to the address again"
+    );
+    drop(idle);
+}
+
+#[tokio::test]
 async fn the_cmsd_layer_caps_lifts_and_exposes_the_header() {
     let cap = QualityCap::new("edge-1", BitrateLadder::seed()).unwrap();
     let app = axum::Router::new()

@@ -11,11 +11,17 @@ const RUM_JS: &str = include_str!("assets/rum.js");
 const DASHBOARD_HTML: &str = include_str!("assets/dashboard.html");
 const DASHBOARD_JS: &str = include_str!("assets/dashboard.js");
 const DASHBOARD_CSS: &str = include_str!("assets/dashboard.css");
+/// The hls.js snippet that follows `CMSD-Dynamic` (`multicdnCmsdHls(hls, Hls)`).
+pub const CMSD_HLS_JS: &str = include_str!("assets/cmsd-hls.js");
 
 /// The token in `rum.js` the configuration replaces.
 const CONFIG_TOKEN: &str = "__MULTICDN_CONFIG__";
 
-fn file(body: impl IntoResponse, content_type: &'static str, cache: &'static str) -> Response {
+pub(crate) fn file(
+    body: impl IntoResponse,
+    content_type: &'static str,
+    cache: &'static str,
+) -> Response {
     let mut r = body.into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -64,6 +70,14 @@ pub(crate) async fn script(State(s): State<Service>, headers: HeaderMap) -> Resp
     let config = script_config(&s, &base).to_string();
     file(
         RUM_JS.replacen(CONFIG_TOKEN, &config, 1),
+        "text/javascript; charset=utf-8",
+        "public, max-age=300",
+    )
+}
+
+pub(crate) async fn cmsd_hls() -> Response {
+    file(
+        CMSD_HLS_JS,
         "text/javascript; charset=utf-8",
         "public, max-age=300",
     )

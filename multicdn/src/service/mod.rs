@@ -44,6 +44,8 @@ mod receiver;
 mod server;
 pub mod steering;
 
+pub use assets::CMSD_HLS_JS;
+
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

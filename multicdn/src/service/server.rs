@@ -3,6 +3,9 @@
 //!
 //! - **Connection cap**: at most [`ServeLimits::max_connections`] at once; one more is
 //!   answered `503 Service Unavailable` with `Retry-After` and closed at once.
+//! - **Per-client cap** (off unless set): at most [`ServeLimits::per_client`] connections from
+//!   one address, so one host cannot take every slot. Set it where clients connect directly;
+//!   behind a load balancer every connection comes from a few addresses, so leave it off there.
 //! - **Header timeout**: a request's headers must arrive within
 //!   [`ServeLimits::header_timeout`] (hyper's `header_read_timeout`).
 //! - **Connection lifetime**: a keep-alive connection is closed gracefully after
@@ -11,9 +14,10 @@
 //!
 //! The peer address reaches handlers as axum's `ConnectInfo<SocketAddr>`.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
@@ -34,16 +38,19 @@ pub struct ServeLimits {
     pub header_timeout: Duration,
     /// Age after which a connection is closed gracefully.
     pub max_connection_age: Duration,
+    /// Connections open at once from one address (`None`: no cap of its own).
+    pub per_client: Option<usize>,
 }
 
 impl Default for ServeLimits {
     /// 4,096 connections (raise the process's descriptor limit, `ulimit -n`, above it, or
-    /// lower this), headers within 10 s, connections closed after 5 minutes.
+    /// lower this), headers within 10 s, connections closed after 5 minutes, no per-client cap.
     fn default() -> ServeLimits {
         ServeLimits {
             max_connections: 4096,
             header_timeout: Duration::from_secs(10),
             max_connection_age: Duration::from_secs(300),
+            per_client: None,
         }
     }
 }
@@ -61,6 +68,13 @@ impl ServeLimits {
         self
     }
 
+    /// Caps the connections from one address (at least 1). A browser opens at most six to an
+    /// origin; a carrier-grade NAT puts many users behind one address, so leave room.
+    pub fn per_client_connections(mut self, n: usize) -> Self {
+        self.per_client = Some(n.max(1));
+        self
+    }
+
     /// Sets the connection lifetime.
     pub fn max_connection_age(mut self, d: Duration) -> Self {
         self.max_connection_age = d;
@@ -69,6 +83,47 @@ impl ServeLimits {
 }
 
 const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\nContent-Length: 40\r\nConnection: close\r\n\r\nthe server is at its connection limit.\r\n";
+
+/// Connections open per client address, for the per-client cap.
+#[derive(Debug, Default)]
+struct PerClient(Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection counted against its address; uncounted when dropped.
+struct ClientSlot {
+    clients: Arc<PerClient>,
+    ip: IpAddr,
+}
+
+impl PerClient {
+    fn take(self: &Arc<Self>, ip: IpAddr, cap: usize) -> Option<ClientSlot> {
+        let mut open = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            clients: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .clients
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops accepting and lets
 /// the connections in flight finish their current request.
@@ -89,6 +144,7 @@ pub(crate) async fn serve_counted(
     refused: Option<Arc<dyn Fn() + Send + Sync>>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let clients = Arc::new(PerClient::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -105,7 +161,13 @@ pub(crate) async fn serve_counted(
                 continue;
             }
         };
-        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+        let permit = Arc::clone(&slots).try_acquire_owned().ok();
+        let client_slot = match (&permit, limits.per_client) {
+            (Some(_), Some(cap)) => clients.take(peer.ip(), cap).map(Some),
+            (Some(_), None) => Some(None),
+            (None, _) => None,
+        };
+        let (Some(permit), Some(client_slot)) = (permit, client_slot) else {
             if let Some(f) = &refused {
                 f();
             }
@@ -154,6 +216,7 @@ pub(crate) async fn serve_counted(
                     }
                 }
             }
+            drop(client_slot);
             drop(permit);
         });
     }

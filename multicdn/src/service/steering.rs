@@ -7,6 +7,7 @@
 //! | `GET /steering/hls.json` | the steering manifest for hls.js and other HLS players (`_HLS_pathway`, `_HLS_throughput` read) |
 //! | `GET /steering/dash.json` | the same for dash.js (`_DASH_pathway`, `_DASH_throughput`) |
 //! | `GET /manifests/{*path}` | the origin's multivariant playlist (`.m3u8`) or MPD (`.mpd`) at `path`, tagged for steering |
+//! | `GET /steering/cmsd-hls.js` | the hls.js snippet that caps its ABR at the edges' `CMSD-Dynamic` `mb` ([`CMSD_HLS_JS`](super::CMSD_HLS_JS)) |
 //! | `POST /admin/steering/incident`, `DELETE …` | declare or end an incident (admin router, bearer token) |
 //!
 //! The plan served is the [`SharedPlan`] the Controller's
@@ -238,6 +239,7 @@ impl SteeringService {
             .route("/steering/hls.json", get(hls))
             .route("/steering/dash.json", get(dash))
             .route("/manifests/{*path}", get(manifest))
+            .route("/steering/cmsd-hls.js", get(super::assets::cmsd_hls))
             .layer(self.cors())
             .with_state(self.clone())
     }

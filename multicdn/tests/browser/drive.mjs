@@ -9,7 +9,8 @@
 //   {"goto": url}                       load the page (waits for `load`); a 4xx/5xx fails
 //   {"eval": "js expression"}           evaluate in the page; a promise is awaited; its value is kept
 //   {"wait_for": "css selector"}        until an element matches (`timeout_ms` per step, 15 s default)
-//   {"wait_fn": "js expression"}        until the expression is truthy
+//   {"wait_fn": "js expression"}        until the expression is truthy; with "soft": true a
+//                                       timeout is recorded ("timed_out": true) and the job goes on
 //   {"dom": "css selector"}             read every matching element: tag, text, attributes (none fails)
 //   {"fill": "css selector", "value": "text"}   type into a form field
 //   {"click": "css selector"}           click
@@ -45,10 +46,10 @@ let profile = null;
 function finish(code, error) {
   result.ok = code === 0;
   result.error = error;
-  process.stdout.write(JSON.stringify(result, null, 2) + '\n');
   if (error) process.stderr.write(`drive.mjs: ${error}\n`);
   if (profile) rmSync(profile, { recursive: true, force: true });
-  process.exit(code);
+  // Exit only once the result is written: a large result in a pipe is otherwise cut short.
+  process.stdout.write(JSON.stringify(result, null, 2) + '\n', () => process.exit(code));
 }
 
 function readJob() {
@@ -85,8 +86,13 @@ async function runStep(page, s) {
     return { wait_for: s.wait_for };
   }
   if ('wait_fn' in s) {
-    await page.waitForFunction(s.wait_fn, null, { timeout });
-    return { wait_fn: s.wait_fn };
+    try {
+      await page.waitForFunction(s.wait_fn, null, { timeout });
+    } catch (e) {
+      if (s.soft !== true || e?.name !== 'TimeoutError') throw e;
+      return { wait_fn: s.wait_fn, timed_out: true };
+    }
+    return { wait_fn: s.wait_fn, timed_out: false };
   }
   if ('dom' in s) {
     const elements = await page.$$eval(s.dom, (els) => els.map((e) => ({

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, dead_code)]
 
+pub(crate) mod browser;
+
 use multicdn::RoundReport;
 use multicdn::prelude::*;
 
