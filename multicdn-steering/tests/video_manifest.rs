@@ -109,7 +109,11 @@ async fn hls_manifest_carries_every_field_with_its_json_type() {
     assert_eq!(r.header("content-type"), Some("application/json"));
     let v = assert_manifest_types(&r.body, "/hls.json?");
     assert_eq!(v["TTL"], 300);
-    assert_eq!(v["PATHWAY-PRIORITY"], serde_json::json!(["cdn-a", "cdn-b"]));
+    // A clone is listed right after the pathway it clones: unlisted, no player would use it.
+    assert_eq!(
+        v["PATHWAY-PRIORITY"],
+        serde_json::json!(["cdn-a", "cdn-c", "cdn-b"])
+    );
 }
 
 #[tokio::test]
@@ -127,7 +131,7 @@ async fn dash_manifest_has_the_same_shape_and_reads_dash_reports() {
         &r.body,
         "https://steer.example.com/dash.json?asset=7&session=",
     );
-    assert_eq!(v["PATHWAY-PRIORITY"], serde_json::json!(["cdn-a"]));
+    assert_eq!(v["PATHWAY-PRIORITY"], serde_json::json!(["cdn-a", "cdn-c"]));
     let got: Vec<(&str, u64)> = r
         .measurements
         .iter()
@@ -442,4 +446,72 @@ async fn a_provider_marked_unavailable_is_no_longer_offered_and_sessions_see_a_n
     assert_eq!(shared.set_unavailable(Default::default()), 4);
     let after = h.handle(&req(Protocol::Hls, "session=s1", &[]), t(30));
     assert_eq!(order(&after), order(&before));
+}
+
+#[tokio::test]
+async fn a_providers_further_video_hosts_are_clones_listed_after_it_and_measured_as_it() {
+    let src = include_str!("../../examples/policy.yaml").replacen(
+        "    edge_host: example.map.fastly.net\n",
+        "    edge_host: example.map.fastly.net\n    video_hosts: [v1.fastly.example.net, v2.fastly.example.net, v3.fastly.example.net]\n",
+        1,
+    );
+    let policy = multicdn_core::Policy::from_yaml(&src, "policy.yaml").unwrap();
+    let config = SteeringConfig::from_policy(&policy);
+    let pl = plan(&[("default", &["*"], &[("fastly", 10_000), ("cloudflare", 0)])]);
+    let (h, steerer) = serving(config, &pl).await;
+    let r = h.handle(&req(Protocol::Hls, "session=s1", &[]), t(0));
+    let m = r.manifest.unwrap();
+    assert_eq!(
+        m.pathway_priority,
+        ["fastly", "fastly-2", "fastly-3", "cloudflare"]
+    );
+    let clones: Vec<(&str, &str, Option<&str>)> = m
+        .pathway_clones
+        .iter()
+        .map(|c| {
+            (
+                c.base_id.as_str(),
+                c.id.as_str(),
+                c.uri_replacement.host.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        clones,
+        [
+            ("fastly", "fastly-2", Some("v2.fastly.example.net")),
+            ("fastly", "fastly-3", Some("v3.fastly.example.net")),
+        ]
+    );
+    // A report on a clone is a report on its provider.
+    let r = h.handle(
+        &req(
+            Protocol::Hls,
+            "session=s2&_HLS_pathway=fastly-2&_HLS_throughput=5000000",
+            &[],
+        ),
+        t(1),
+    );
+    assert_eq!(r.measurements.len(), 1);
+    assert_eq!(r.measurements[0].pathway, "fastly");
+    // The provider out: neither it nor its clones are offered.
+    steerer.shared_plan().set_unavailable([p("fastly")].into());
+    let r = h.handle(&req(Protocol::Hls, "session=s1", &[]), t(2));
+    let m = r.manifest.unwrap();
+    assert_eq!(m.pathway_priority, ["cloudflare"]);
+    assert!(m.pathway_clones.is_empty(), "{:?}", m.pathway_clones);
+    // The manifests tagged from the policy point the provider's pathway at its first video host.
+    let options =
+        multicdn_steering::video::TagOptions::from_policy(&policy, "/steering/hls.json").unwrap();
+    let fastly = options.pathways.iter().find(|p| p.id == "fastly").unwrap();
+    assert_eq!(fastly.base.as_str(), "https://v1.fastly.example.net/");
+    let cloudflare = options
+        .pathways
+        .iter()
+        .find(|p| p.id == "cloudflare")
+        .unwrap();
+    assert_eq!(
+        cloudflare.base.as_str(),
+        "https://example.cdn.cloudflare.net/"
+    );
 }

@@ -176,6 +176,32 @@ pub struct ProviderSpec {
     /// Akamai: the environment variable holding the EdgeGrid access token.
     #[serde(default)]
     pub access_token_env: Option<String>,
+    /// The hosts this CDN serves video from, in preference order (none: `edge_host`). In
+    /// manifests tagged for content steering the first is the provider's pathway; each further
+    /// one is a pathway clone ([`ProviderSpec::video_pathways`]: `<id>-2`, `<id>-3`, ...) that
+    /// the steering server lists right after it, so a player that cannot reach one host tries
+    /// the same CDN's next before it moves to another CDN.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub video_hosts: Vec<String>,
+}
+
+impl ProviderSpec {
+    /// The host its pathway points at in tagged manifests: the first of `video_hosts`, else
+    /// `edge_host`.
+    pub fn video_host(&self) -> &str {
+        self.video_hosts.first().unwrap_or(&self.edge_host)
+    }
+
+    /// The pathway clones of provider `id`'s further video hosts, as (clone id, host):
+    /// `<id>-2` for the second host, and so on.
+    pub fn video_pathways(&self, id: &ProviderId) -> Vec<(String, String)> {
+        self.video_hosts
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, host)| (format!("{id}-{}", i + 1), host.clone()))
+            .collect()
+    }
 }
 
 /// Cache defaults, cache key and routes (seed 000, section 13).

@@ -609,3 +609,80 @@ fn the_shield_section_is_read_and_each_bad_field_is_named_at_its_line() {
         "{d:?}"
     );
 }
+
+// ---- Video hosts (content-steering pathways and their clones) ----
+
+fn with_video_hosts(hosts: &str) -> String {
+    edit(
+        "    edge_host: example.map.fastly.net\n",
+        &format!("    edge_host: example.map.fastly.net\n    video_hosts: {hosts}\n"),
+    )
+}
+
+#[test]
+fn video_hosts_make_a_pathway_and_its_clones() {
+    let src = with_video_hosts("[video-a.fastly.example.net, video-b.fastly.example.net]");
+    let p = Policy::from_yaml(&src, "p.yaml").unwrap();
+    let fastly = ProviderId::new("fastly").unwrap();
+    let spec = &p.providers[&fastly];
+    assert_eq!(spec.video_host(), "video-a.fastly.example.net");
+    assert_eq!(
+        spec.video_pathways(&fastly),
+        [(
+            "fastly-2".to_owned(),
+            "video-b.fastly.example.net".to_owned()
+        )]
+    );
+    let cf = &p.providers[&ProviderId::new("cloudflare").unwrap()];
+    assert_eq!(
+        cf.video_host(),
+        cf.edge_host,
+        "no video_hosts: the edge host"
+    );
+    assert!(
+        cf.video_pathways(&ProviderId::new("cloudflare").unwrap())
+            .is_empty()
+    );
+}
+
+#[test]
+fn bad_video_hosts_are_refused_field_by_field() {
+    let src =
+        with_video_hosts("[video-a.fastly.example.net, 'not a host', VIDEO-A.fastly.example.net]");
+    let d = invalid(&src);
+    let paths: Vec<&str> = d.iter().map(|d| d.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "providers.fastly.video_hosts[1]",
+            "providers.fastly.video_hosts[2]"
+        ],
+        "{d:?}"
+    );
+    assert!(d[0].message.contains("not a hostname"), "{}", d[0].message);
+    assert!(d[1].message.contains("listed twice"), "{}", d[1].message);
+    let line = src
+        .lines()
+        .position(|l| l.contains("video_hosts:"))
+        .unwrap()
+        + 1;
+    assert_eq!(
+        d[0].position.line, line,
+        "the diagnostic names the line: {d:?}"
+    );
+}
+
+#[test]
+fn a_clone_id_that_is_another_providers_id_is_refused() {
+    let src = with_video_hosts("[a.fastly.example.net, b.fastly.example.net]").replacen(
+        "providers:\n",
+        "providers:\n  fastly-2:\n    kind: fastly\n    edge_host: other.map.fastly.net\n    service_id: SU1Z0isxPaozGVKXdv0eZ\n",
+        1,
+    );
+    let d = invalid(&src);
+    assert!(
+        d.iter().any(|d| d.path == "providers.fastly.video_hosts[1]"
+            && d.message.contains("also a provider's id")),
+        "{d:?}"
+    );
+}

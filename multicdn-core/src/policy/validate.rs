@@ -195,6 +195,45 @@ fn known_list(policy: &Policy) -> String {
         .join(", ")
 }
 
+/// A provider's video hosts: hostnames, each once, and clone ids (`<id>-2`, ...) that are valid
+/// pathway ids and name no other provider.
+fn video_hosts(
+    policy: &Policy,
+    id: &ProviderId,
+    spec: &ProviderSpec,
+    at: &str,
+    out: &mut Problems,
+) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, host) in spec.video_hosts.iter().enumerate() {
+        let field = format!("{at}.video_hosts[{i}]");
+        if !is_hostname(host) {
+            out.push((
+                field,
+                format!("{host:?} is not a hostname: write the host players fetch video from, like video.example.com.global.prod.fastly.net"),
+            ));
+        } else if !seen.insert(host.to_ascii_lowercase()) {
+            out.push((field, format!("{host:?} is listed twice")));
+        }
+    }
+    for (i, (clone, _)) in spec.video_pathways(id).iter().enumerate() {
+        let field = format!("{at}.video_hosts[{}]", i + 1);
+        if clone.len() > 64 {
+            out.push((
+                field,
+                format!(
+                    "its pathway id {clone:?} is longer than 64 characters: shorten the provider id"
+                ),
+            ));
+        } else if policy.providers.keys().any(|p| p.as_str() == clone) {
+            out.push((
+                field,
+                format!("its pathway id {clone:?} is also a provider's id: rename that provider"),
+            ));
+        }
+    }
+}
+
 fn providers(policy: &Policy, out: &mut Problems) {
     if policy.providers.is_empty() {
         out.push((
@@ -213,6 +252,7 @@ fn providers(policy: &Policy, out: &mut Problems) {
                 ),
             ));
         }
+        video_hosts(policy, id, spec, &at, out);
         match spec.kind {
             ProviderKind::Fastly if spec.service_id.as_deref().is_none_or(str::is_empty) => out.push((
                 at.clone(),

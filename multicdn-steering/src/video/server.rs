@@ -17,6 +17,7 @@
 //!    seconds rather than minutes), `RELOAD-URI` with `session` and the plan `version`, the
 //!    order, and the configured `PATHWAY-CLONES`.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,7 +26,7 @@ use std::time::Duration;
 use multicdn_core::{CohortId, NetworkKey, ProviderId, Timestamp};
 
 use super::actuator::{SharedPlan, cohort_for, fnv1a, pathway_priority};
-use super::manifest::{PathwayClone, SteeringManifest, is_valid_pathway_id};
+use super::manifest::{PathwayClone, SteeringManifest, UriReplacement, is_valid_pathway_id};
 use super::sessions::{Clients, RerouteRule, Sessions};
 
 /// Which player family asks: it names the query parameters players report with.
@@ -431,8 +432,25 @@ impl SteeringConfig {
             .keys()
             .cloned()
             .partition(|p| !policy.is_standby(p));
+        let clones = policy
+            .providers
+            .iter()
+            .flat_map(|(id, spec)| {
+                spec.video_pathways(id)
+                    .into_iter()
+                    .map(|(clone, host)| PathwayClone {
+                        base_id: id.as_str().to_owned(),
+                        id: clone,
+                        uri_replacement: UriReplacement {
+                            host: Some(host),
+                            params: BTreeMap::new(),
+                        },
+                    })
+            })
+            .collect();
         SteeringConfig::default()
             .ttl(ttl)
+            .clones(clones)
             .incident_ttl(ttl.min(Duration::from_secs(10)))
             .overload_ttl((ttl * 4).max(Duration::from_secs(120)))
             .default_pathways(live.into_iter().chain(standby).collect())
@@ -633,9 +651,15 @@ impl ContentSteering {
             return r;
         }
         let Reports {
-            measurements,
+            mut measurements,
             rejected,
         } = parse_measurements(request, now);
+        // A clone's throughput is its provider's (the same CDN through another host).
+        for m in &mut measurements {
+            if let Some(c) = self.config.clones.iter().find(|c| c.id == m.pathway) {
+                m.pathway.clone_from(&c.base_id);
+            }
+        }
         let session = request
             .param("session")
             .filter(|s| valid_session(s))
@@ -698,12 +722,28 @@ impl ContentSteering {
         };
         let sep = if base.contains('?') { '&' } else { '?' };
         let reload = format!("{base}{sep}session={session}&version={version}");
-        let manifest = SteeringManifest::new(
-            ttl.as_secs().max(1),
-            order.iter().map(|p| p.as_str().to_owned()).collect(),
-        )
-        .with_reload_uri(reload)
-        .with_clones(self.config.clones.clone());
+        // Each provider's clones (its further hosts) right after it; clones of a provider not
+        // offered are not sent.
+        let clones: Vec<PathwayClone> = self
+            .config
+            .clones
+            .iter()
+            .filter(|c| order.iter().any(|p| p.as_str() == c.base_id))
+            .cloned()
+            .collect();
+        let mut priority = Vec::with_capacity(order.len() + clones.len());
+        for p in &order {
+            priority.push(p.as_str().to_owned());
+            priority.extend(
+                clones
+                    .iter()
+                    .filter(|c| c.base_id == p.as_str())
+                    .map(|c| c.id.clone()),
+            );
+        }
+        let manifest = SteeringManifest::new(ttl.as_secs().max(1), priority)
+            .with_reload_uri(reload)
+            .with_clones(clones);
         let body = match manifest.to_json() {
             Ok(b) => b,
             Err(e) => return SteeringResponse::error(500, &e.to_string(), Vec::new()),

@@ -226,10 +226,10 @@ impl TagOptions {
         let mut pathways = Vec::with_capacity(policy.providers.len());
         let mut default = None;
         for (id, spec) in &policy.providers {
-            let base = Url::parse(&format!("https://{}/", spec.edge_host)).map_err(|e| {
+            let base = Url::parse(&format!("https://{}/", spec.video_host())).map_err(|e| {
                 TagError::EdgeHost {
                     provider: id.as_str().to_string(),
-                    edge_host: spec.edge_host.clone(),
+                    edge_host: spec.video_host().to_owned(),
                     message: e.to_string(),
                 }
             })?;
