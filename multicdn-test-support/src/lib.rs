@@ -15,6 +15,9 @@
 //! - [`config`]: stateful stubs of Fastly's service configuration and Cloudflare's rulesets,
 //!   for the deploy tool.
 //!
+//! - [`NatsServer`]: not an emulator but the real `nats-server -js`, on its own port and store,
+//!   stoppable and restartable mid-test.
+//!
 //! Every server binds an ephemeral port on 127.0.0.1 and stops when dropped.
 
 #![forbid(unsafe_code)]
@@ -22,11 +25,13 @@
 mod akamai;
 pub mod config;
 mod edge;
+mod nats;
 mod ns1;
 mod purge;
 mod serve;
 
 pub use akamai::{AKAMAI_MAX_BODY, AkamaiApi, AkamaiPurge};
 pub use edge::{EdgeMode, EdgeServer, MARKER, SITE, SeenRequest, page};
+pub use nats::NatsServer;
 pub use ns1::Ns1Api;
 pub use purge::{CLOUDFLARE_MAX_ITEMS, FASTLY_MAX_KEYS, Fault, PurgeApi, PurgeLimits, PurgeStats};

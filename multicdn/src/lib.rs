@@ -76,6 +76,8 @@
 #![forbid(unsafe_code)]
 
 pub mod controller;
+#[cfg(feature = "nats")]
+pub mod lease;
 pub mod ledger;
 pub mod operator;
 pub mod record;
