@@ -167,6 +167,26 @@ fn start_varnish(vcl: &str) -> Varnish {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The manager listens before the cache process serves: until it does, a connection is
+    // reset. Wait for a whole answer (to a path no test counts).
+    let ready = |port: u16| -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let sent = s.write_all(
+            b"GET /__multicdn_ready HTTP/1.1\r\nHost: www.example.com\r\nConnection: close\r\n\r\n",
+        );
+        let mut out = String::new();
+        sent.is_ok() && s.read_to_string(&mut out).is_ok() && out.starts_with("HTTP/1.1 ")
+    };
+    while !ready(port) {
+        assert!(
+            Instant::now() < deadline,
+            "varnishd did not answer within 10s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     v
 }
 
