@@ -16,8 +16,7 @@
 //! ([`multicdn_core::Error::InvalidRequest`], nothing sent). A leader that was paused past its
 //! lease and wakes up mid-round is refused at its next write. What remains is the moment
 //! between the re-read and the vendor's write: no DNS vendor takes a fencing token, so that
-//! window is as short as one key read, and the journal of each controller records the term it
-//! applied under.
+//! window is as short as one key read.
 //!
 //! ```no_run
 //! # async fn demo(steerer: std::sync::Arc<dyn multicdn::core::Steerer>) -> Result<(), Box<dyn std::error::Error>> {
@@ -38,6 +37,7 @@
 //! ```
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -186,6 +186,28 @@ fn unavailable(what: &'static str) -> impl FnOnce(String) -> LeaseError {
     move |message| LeaseError::Unavailable { what, message }
 }
 
+/// `request`'s outcome, or [`LeaseError::Unavailable`] when it takes longer than `timeout`.
+async fn within<T, E>(
+    timeout: Duration,
+    what: &'static str,
+    request: impl Future<Output = Result<T, E>>,
+) -> Result<Result<T, E>, LeaseError> {
+    tokio::time::timeout(timeout, request)
+        .await
+        .map_err(|_| unavailable(what)(format!("no answer within {timeout:?}")))
+}
+
+/// `request`'s value, or [`LeaseError::Unavailable`] for an error or no answer in time.
+async fn answer<T, E: fmt::Display>(
+    timeout: Duration,
+    what: &'static str,
+    request: impl Future<Output = Result<T, E>>,
+) -> Result<T, LeaseError> {
+    within(timeout, what, request)
+        .await?
+        .map_err(|e| unavailable(what)(e.to_string()))
+}
+
 /// What the key holds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Value {
@@ -224,32 +246,31 @@ impl NatsLease {
         config.validate()?;
         let mut js = jetstream::new(client);
         js.set_timeout(config.timeout);
-        let store =
-            match tokio::time::timeout(config.timeout, js.get_key_value(&config.bucket)).await {
-                Ok(Ok(store)) => store,
-                other => {
-                    tracing::debug!(?other, "lease bucket not opened; creating it");
-                    tokio::time::timeout(
-                        config.timeout,
-                        js.create_key_value(kv::Config {
-                            bucket: config.bucket.clone(),
-                            description: "multicdn controller lease".into(),
-                            history: 1,
-                            max_age: config.ttl,
-                            ..Default::default()
-                        }),
-                    )
-                    .await
-                    .map_err(|_| "timed out".to_owned())
-                    .and_then(|r| r.map_err(|e| e.to_string()))
-                    .map_err(unavailable("opening the bucket"))?
-                }
-            };
-        let info = tokio::time::timeout(config.timeout, store.status())
-            .await
-            .map_err(|_| "timed out".to_owned())
-            .and_then(|r| r.map_err(|e| e.to_string()))
-            .map_err(unavailable("reading the bucket"))?;
+        let store = match within(
+            config.timeout,
+            "opening the bucket",
+            js.get_key_value(&config.bucket),
+        )
+        .await?
+        {
+            Ok(store) => store,
+            Err(e) => {
+                tracing::debug!(error = %e, "no lease bucket yet; creating it");
+                answer(
+                    config.timeout,
+                    "creating the bucket",
+                    js.create_key_value(kv::Config {
+                        bucket: config.bucket.clone(),
+                        description: "multicdn controller lease".into(),
+                        history: 1,
+                        max_age: config.ttl,
+                        ..Default::default()
+                    }),
+                )
+                .await?
+            }
+        };
+        let info = answer(config.timeout, "reading the bucket", store.status()).await?;
         if info.max_age() != config.ttl {
             return Err(LeaseError::Config(format!(
                 "bucket {} keeps entries {:?}, the lease's ttl is {:?}: use one ttl for every contender",
@@ -296,11 +317,12 @@ impl NatsLease {
 
     /// The tenure in force, from the server; `None` when nobody holds the lease.
     pub async fn current(&self) -> Result<Option<Term>, LeaseError> {
-        let entry = tokio::time::timeout(self.config.timeout, self.store.entry(&self.config.key))
-            .await
-            .map_err(|_| "timed out".to_owned())
-            .and_then(|r| r.map_err(|e| e.to_string()))
-            .map_err(unavailable("reading the lease"))?;
+        let entry = answer(
+            self.config.timeout,
+            "reading the lease",
+            self.store.entry(&self.config.key),
+        )
+        .await?;
         let Some(entry) = entry else { return Ok(None) };
         if entry.operation != Operation::Put {
             return Ok(None);
@@ -321,58 +343,48 @@ impl NatsLease {
     /// says who does. A renewal that finds the lease taken (this contender's tenure lapsed)
     /// reports the new holder.
     pub async fn try_acquire(&self) -> Result<LeaseState, LeaseError> {
+        let timeout = self.config.timeout;
         let ours = self.lock().tenure.clone();
         if let Some((term, revision)) = ours {
-            let value = self.encode(term.term)?;
-            match tokio::time::timeout(
-                self.config.timeout,
-                self.store.update(&self.config.key, value, revision),
-            )
-            .await
-            {
-                Ok(Ok(next)) => {
+            let renewal = self
+                .store
+                .update(&self.config.key, self.encode(term.term)?, revision);
+            match within(timeout, "renewing the lease", renewal).await? {
+                Ok(next) => {
                     self.lock().tenure = Some((term.clone(), next));
                     return Ok(LeaseState::Leader(term));
                 }
-                Ok(Err(e)) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
                     tracing::warn!(lease = %term, "the lease lapsed: another contender or an expiry took it");
                     self.lock().tenure = None;
                 }
-                Ok(Err(e)) => return Err(unavailable("renewing the lease")(e.to_string())),
-                Err(_) => return Err(unavailable("renewing the lease")("timed out".into())),
+                Err(e) => return Err(unavailable("renewing the lease")(e.to_string())),
             }
         }
-        let value = self.encode(0)?;
-        match tokio::time::timeout(
-            self.config.timeout,
-            self.store.create(&self.config.key, value),
-        )
-        .await
-        {
-            Ok(Ok(revision)) => {
-                let term = Term {
-                    holder: self.config.holder.clone(),
-                    term: revision,
-                };
-                tracing::info!(lease = %term, "acquired the lease");
-                self.lock().tenure = Some((term.clone(), revision));
-                Ok(LeaseState::Leader(term))
-            }
-            Ok(Err(e)) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                match self.current().await? {
-                    Some(holder) => Ok(LeaseState::Follower { holder }),
-                    // Released or expired between the two calls: the next call takes it.
-                    None => Ok(LeaseState::Follower {
-                        holder: Term {
-                            holder: String::new(),
-                            term: 0,
-                        },
-                    }),
+        // Take it, or say who holds it. The key can lapse between the two calls: once more then.
+        for _ in 0..2 {
+            let create = self.store.create(&self.config.key, self.encode(0)?);
+            match within(timeout, "taking the lease", create).await? {
+                Ok(revision) => {
+                    let term = Term {
+                        holder: self.config.holder.clone(),
+                        term: revision,
+                    };
+                    tracing::info!(lease = %term, "acquired the lease");
+                    self.lock().tenure = Some((term.clone(), revision));
+                    return Ok(LeaseState::Leader(term));
                 }
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                    if let Some(holder) = self.current().await? {
+                        return Ok(LeaseState::Follower { holder });
+                    }
+                }
+                Err(e) => return Err(unavailable("taking the lease")(e.to_string())),
             }
-            Ok(Err(e)) => Err(unavailable("taking the lease")(e.to_string())),
-            Err(_) => Err(unavailable("taking the lease")("timed out".into())),
         }
+        Err(unavailable("taking the lease")(
+            "the key was freed and taken again while it was read; try again".into(),
+        ))
     }
 
     /// Gives the lease up now (a clean shutdown), so another contender need not wait for the
@@ -381,18 +393,14 @@ impl NatsLease {
         let Some((_, revision)) = self.lock().tenure.take() else {
             return Ok(());
         };
-        match tokio::time::timeout(
-            self.config.timeout,
-            self.store
-                .delete_expect_revision(&self.config.key, Some(revision)),
-        )
-        .await
-        {
-            Ok(Ok(())) => Ok(()),
+        let delete = self
+            .store
+            .delete_expect_revision(&self.config.key, Some(revision));
+        match within(self.config.timeout, "releasing the lease", delete).await? {
+            Ok(()) => Ok(()),
             // Someone else's by now: nothing of ours to give up.
-            Ok(Err(e)) if e.kind() == kv::DeleteErrorKind::WrongLastRevision => Ok(()),
-            Ok(Err(e)) => Err(unavailable("releasing the lease")(e.to_string())),
-            Err(_) => Err(unavailable("releasing the lease")("timed out".into())),
+            Err(e) if e.kind() == kv::DeleteErrorKind::WrongLastRevision => Ok(()),
+            Err(e) => Err(unavailable("releasing the lease")(e.to_string())),
         }
     }
 

@@ -856,6 +856,19 @@ impl Run {
         lab
     }
 
+    /// Both players switched within the bound: `switch` is their times (ms), `summary` what
+    /// they fetched, for the failure message.
+    async fn assert_switched(&self, lab: &Lab, what: &str, switch: &[f64], summary: &Value) {
+        let why = lab.diagnose().await;
+        for (player, ms) in ["hls.js", "dash.js"].iter().zip(switch) {
+            assert!(
+                *ms <= self.switch_bound,
+                "{player} took {ms} ms {what} (bound {} ms): {summary}{why}",
+                self.switch_bound
+            );
+        }
+    }
+
     /// Opens the page on `lab`'s manifests, runs `steps`, and returns the result; a wait that
     /// timed out fails the scenario with what both players did and what the service said.
     async fn play(&self, lab: &Lab, what: &str, steps: Vec<Value>) -> Value {
@@ -890,13 +903,12 @@ async fn plan_change(run: &Run) {
                 json!({"wait_fn": both(&format!("s.host === '{b_host}'"), "t0"), "timeout_ms": 15000, "soft": true}),
                 json!({"eval": first_after("t0", &format!("s.host === '{b_host}'"))}),
                 json!({"sleep_ms": 2500}),
-                json!({"eval": SUMMARY}),
             ],
         )
         .await;
     let v = evals(&result);
     let switch = ms(v[1]);
-    let summary: Value = serde_json::from_str(v[2].as_str().unwrap()).unwrap();
+    let summary: Value = serde_json::from_str(v[v.len() - 1].as_str().unwrap()).unwrap();
     println!(
         "a. pin to cloudflare: hls.js on it after {:.0} ms, dash.js after {:.0} ms \
          (bound {:.0} ms = TTL {} s + segment {} s + slack {} s); page {:.1} s",
@@ -909,14 +921,8 @@ async fn plan_change(run: &Run) {
         t.elapsed().as_secs_f64()
     );
     assert_clean(&result, "plan change", &|_| false);
-    let why = lab.diagnose().await;
-    for (player, ms) in ["hls.js", "dash.js"].iter().zip(&switch) {
-        assert!(
-            *ms <= run.switch_bound,
-            "{player} took {ms} ms to follow the plan (bound {} ms): {summary}{why}",
-            run.switch_bound
-        );
-    }
+    run.assert_switched(&lab, "to follow the plan", &switch, &summary)
+        .await;
     // Before the pin every video segment came from fastly; after the switch, every one from
     // cloudflare.
     let t0 = v[0].as_f64().unwrap();
@@ -959,15 +965,13 @@ async fn provider_dies(run: &Run) {
                      const i = segs.findIndex((s) => s.at >= window.t0 && s.host === '{b_host}'); \
                      return segs.slice(i).filter((s) => s.host === '{a_host}').map((s) => s.url); }})"
                 )}),
-                json!({"eval": "['hls', 'dash'].map((k) => player[k].time)"}),
-                json!({"eval": SUMMARY}),
             ],
         )
         .await;
     let v = evals(&result);
     let switch = ms(v[1]);
     let back = v[2].as_array().unwrap();
-    let summary = v[4];
+    let summary = v[v.len() - 1];
     let ledger = lab.controller.ledger().await;
     let down = ledger
         .health()
@@ -986,14 +990,8 @@ async fn provider_dies(run: &Run) {
         text.contains("503") || text.contains(&a_origin)
     });
     assert!(down, "the monitor marked fastly down: {ledger:?}");
-    let why = lab.diagnose().await;
-    for (player, ms) in ["hls.js", "dash.js"].iter().zip(&switch) {
-        assert!(
-            *ms <= run.switch_bound,
-            "{player} took {ms} ms to leave fastly (bound {} ms): {summary}{why}",
-            run.switch_bound
-        );
-    }
+    run.assert_switched(&lab, "to leave fastly", &switch, summary)
+        .await;
     for (player, urls) in ["hls.js", "dash.js"].iter().zip(back) {
         assert_eq!(
             urls.as_array().unwrap().len(),
@@ -1036,7 +1034,6 @@ async fn quality_cap(run: &Run, low: (u32, u32), high: (u32, u32)) {
                 json!({"wait_fn": both(&format!("s.height === {}", high.1), "t2"), "timeout_ms": 30000, "soft": true}),
                 json!({"eval": first_after("t2", &format!("s.height === {}", high.1))}),
                 json!({"eval": "[player.hls.cap, player.hls.mb]"}),
-                json!({"eval": SUMMARY}),
             ],
         )
         .await;
@@ -1084,7 +1081,6 @@ async fn hostile(run: &Run) {
                     "soft": true,
                 }),
                 json!({"eval": both("true", "t3")}),
-                json!({"eval": SUMMARY}),
             ],
         )
         .await;
@@ -1125,7 +1121,7 @@ async fn hostile(run: &Run) {
         v[1],
         &json!(true),
         "both players went on fetching: {}",
-        v[2]
+        v[v.len() - 1]
     );
     assert!(
         during.iter().all(|s| s.status == 200),

@@ -17,11 +17,7 @@ pub const CMSD_HLS_JS: &str = include_str!("assets/cmsd-hls.js");
 /// The token in `rum.js` the configuration replaces.
 const CONFIG_TOKEN: &str = "__MULTICDN_CONFIG__";
 
-pub(crate) fn file(
-    body: impl IntoResponse,
-    content_type: &'static str,
-    cache: &'static str,
-) -> Response {
+fn file(body: impl IntoResponse, content_type: &'static str, cache: &'static str) -> Response {
     let mut r = body.into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

@@ -161,13 +161,16 @@ pub(crate) async fn serve_counted(
                 continue;
             }
         };
-        let permit = Arc::clone(&slots).try_acquire_owned().ok();
-        let client_slot = match (&permit, limits.per_client) {
-            (Some(_), Some(cap)) => clients.take(peer.ip(), cap).map(Some),
-            (Some(_), None) => Some(None),
-            (None, _) => None,
-        };
-        let (Some(permit), Some(client_slot)) = (permit, client_slot) else {
+        let admitted = Arc::clone(&slots)
+            .try_acquire_owned()
+            .ok()
+            .and_then(|permit| match limits.per_client {
+                Some(cap) => clients
+                    .take(peer.ip(), cap)
+                    .map(|slot| (permit, Some(slot))),
+                None => Some((permit, None)),
+            });
+        let Some((permit, client_slot)) = admitted else {
             if let Some(f) = &refused {
                 f();
             }
