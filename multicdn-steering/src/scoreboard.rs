@@ -191,7 +191,8 @@ impl ScoreboardConfig {
         Ok(())
     }
 
-    fn bucket_ms(&self) -> u64 {
+    /// The bucket length, milliseconds (scoreboards merge only with the same).
+    pub fn bucket_ms(&self) -> u64 {
         // Checked: at least a second, at most a year.
         u64::try_from(self.bucket.as_millis()).unwrap_or(u64::MAX)
     }

@@ -37,6 +37,22 @@ fn binary() -> Option<PathBuf> {
 }
 
 impl NatsServer {
+    /// As [`NatsServer::start`] for a test named `tests`: without `nats-server` it says on
+    /// stderr that they are skipped (`Ok(None)`), except in CI (`CI` set), where its absence is
+    /// an error.
+    pub fn start_or_skip(tests: &str) -> Result<Option<NatsServer>, String> {
+        let server = NatsServer::start()?;
+        if server.is_none() {
+            let why = "nats-server is not installed (apt-get install nats-server; .ci/run does)";
+            if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
+                return Err(format!("{tests} cannot run in CI: {why}"));
+            }
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "skipped {tests}: {why}");
+        }
+        Ok(server)
+    }
+
     /// Starts a server with JetStream on 127.0.0.1 and waits until it accepts connections;
     /// `Ok(None)` when no `nats-server` is installed.
     pub fn start() -> Result<Option<NatsServer>, String> {

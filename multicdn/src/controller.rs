@@ -55,8 +55,8 @@ use tracing::Instrument;
 
 use crate::ledger::{HealthLedger, OutReason};
 use crate::operator::{Command, Operator, OperatorError, OperatorRecord, Overrides};
-use crate::record::{ApplyOutcome, ApplyRecord, ErrorRecord, RoundRecord};
-use crate::store::{ControllerState, MemoryStore, StateStore, StoreError};
+use crate::record::{ApplyOutcome, ApplyRecord, ErrorRecord, Intent, RoundRecord, Takeover};
+use crate::store::{ControllerState, MemoryStore, Saved, StateStore, StoreError};
 
 /// Calls `tick` now and then every `interval` until `shutdown` completes; a tick in flight
 /// finishes first.
@@ -79,6 +79,32 @@ pub(crate) async fn every<F, Fut>(
         }
         tick().await;
     }
+}
+
+/// Leadership as a round sees it, for controllers of which only one may apply (see
+/// `multicdn::leader` for the one on NATS JetStream). [`Controller::round_with`] asks
+/// [`RoundGate::begin`] once the round has decided and before it applies anything, and hands
+/// [`RoundGate::commit`] the state once the round is journaled.
+#[async_trait::async_trait]
+pub trait RoundGate: Send + Sync {
+    /// Records `intent` where a successor reads it and returns the term this controller leads
+    /// in; `Err(why)` when it does not lead (any more): the round applies nothing, is not
+    /// journaled, and leaves the controller's state as it was.
+    async fn begin(&self, intent: &Intent) -> Result<u64, String>;
+    /// Saves the state after the round where a successor reads it (the journal's new record is
+    /// `state.last`). An error is the round's store error.
+    async fn commit(&self, state: &ControllerState) -> Result<(), String>;
+}
+
+/// A round that was not applied because its controller does not lead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("round {round} not applied: {why}")]
+#[non_exhaustive]
+pub struct Deposed {
+    /// The round that would have been.
+    pub round: u64,
+    /// What the gate said.
+    pub why: String,
 }
 
 /// Beacons as they arrive: NDJSON bytes as the receiver logged them, or beacons already parsed.
@@ -161,6 +187,18 @@ struct Loop {
     applied: Vec<Option<SteeringPlan>>,
     overrides: Overrides,
     operator: Vec<OperatorRecord>,
+    /// What a takeover found, for the next round's record.
+    takeover: Option<Takeover>,
+}
+
+/// A round decided and not yet applied, the loop's state locked meanwhile.
+struct Decided<'a> {
+    decision: engine::Decision,
+    events: Vec<Event>,
+    snapshot: Snapshot,
+    plan_changed: bool,
+    dry_run: bool,
+    guard: tokio::sync::MutexGuard<'a, Loop>,
 }
 
 /// Operator records kept (switches are rare; this is years of them).
@@ -176,6 +214,9 @@ struct Inner {
     store: Arc<dyn StateStore>,
     scorer: Box<dyn Scorer>,
     board: Mutex<Scoreboard>,
+    /// When the scoreboard is fed whole from elsewhere (merged shards): how recent its
+    /// evidence is, capping the newest sample as the deadman's `data_as_of`.
+    fed_as_of: Mutex<Option<Option<Timestamp>>>,
     ingestor: Mutex<Ingestor<Arc<dyn NetworkResolver>>>,
     resolver: Arc<dyn NetworkResolver>,
     probe_order: Vec<String>,
@@ -373,6 +414,7 @@ impl ControllerBuilder {
                 applied: vec![None; self.actuators.len()],
                 overrides: saved.state.overrides,
                 operator: saved.state.operator,
+                takeover: None,
             },
             None => Loop {
                 round: 0,
@@ -383,6 +425,7 @@ impl ControllerBuilder {
                 applied: vec![None; self.actuators.len()],
                 overrides: Overrides::default(),
                 operator: Vec::new(),
+                takeover: None,
             },
         };
         for p in &providers {
@@ -411,6 +454,7 @@ impl ControllerBuilder {
                 store: self.store,
                 scorer,
                 board: Mutex::new(board),
+                fed_as_of: Mutex::new(None),
                 resolver: Arc::clone(&self.resolver),
                 probe_order: probe_order.clone(),
                 ingestor: Mutex::new(
@@ -713,10 +757,184 @@ impl Controller {
     /// simulations; [`Controller::run`] calls it every interval.
     pub async fn round(&self, now: Timestamp) -> RoundReport {
         let span = tracing::info_span!("round", at = %now, round = tracing::field::Empty);
-        self.round_inner(now, span.clone()).instrument(span).await
+        async {
+            let decided = self.decide_round(now).await;
+            self.finish_round(decided, now, &span, None, None).await
+        }
+        .instrument(span.clone())
+        .await
     }
 
-    async fn round_inner(&self, now: Timestamp, span: tracing::Span) -> RoundReport {
+    /// One round at `now` behind `gate`: decided as [`Controller::round`] does, then applied
+    /// only when [`RoundGate::begin`] says this controller leads (its term goes into the
+    /// round's record), and committed through the gate once journaled. A round the gate
+    /// refuses applies nothing, journals nothing and leaves the state as it was.
+    pub async fn round_with(
+        &self,
+        now: Timestamp,
+        gate: &dyn RoundGate,
+    ) -> Result<RoundReport, Deposed> {
+        let span = tracing::info_span!(
+            "round",
+            at = %now,
+            round = tracing::field::Empty,
+            term = tracing::field::Empty
+        );
+        async {
+            let decided = self.decide_round(now).await;
+            let intent = Intent {
+                round: decided.guard.round + 1,
+                at: now,
+                term: 0,
+                plan: decided.decision.plan.clone(),
+            };
+            match gate.begin(&intent).await {
+                Ok(term) => {
+                    span.record("term", term);
+                    Ok(self
+                        .finish_round(decided, now, &span, Some(term), Some(gate))
+                        .await)
+                }
+                Err(why) => {
+                    tracing::warn!(round = intent.round, why = %why, "not leading: nothing applied");
+                    Err(Deposed {
+                        round: intent.round,
+                        why,
+                    })
+                }
+            }
+        }
+        .instrument(span.clone())
+        .await
+    }
+
+    /// Replaces the loop's memory with what another controller saved (a standby taking over):
+    /// the round count, the plan, the engine's memory (a failover in progress goes on from its
+    /// step), the ledger, the journal, the purges owed and the operator's switches. `intent`
+    /// is the round the other controller began and did not journal, if any: each actuator is
+    /// asked whether that plan (else the last journaled one) is already in force, and one that
+    /// holds it is not written again while the plan stays the same. What was found goes into
+    /// the next round's record.
+    pub async fn restore(
+        &self,
+        saved: Saved,
+        intent: Option<Intent>,
+    ) -> Result<Takeover, ControllerError> {
+        let now = self.inner.clock.now();
+        if let Some(f) = &self.inner.fanout {
+            f.restore(&saved.state.outstanding)?;
+        }
+        let intent = intent.filter(|i| i.round == saved.state.round + 1);
+        let check = intent
+            .as_ref()
+            .map_or(&saved.state.plan, |i| &i.plan)
+            .clone();
+        let geo_only = check.without_asns();
+        let mut applied = Vec::with_capacity(self.inner.actuators.len());
+        let (mut in_force, mut not_in_force) = (Vec::new(), Vec::new());
+        for a in &self.inner.actuators {
+            let plan = if a.steerer.selects_asns() {
+                &check
+            } else {
+                &geo_only
+            };
+            let held = match a.steerer.plan(plan).await {
+                Ok(diff) => diff.changes.is_empty(),
+                Err(e) => {
+                    tracing::warn!(actuator = %a.name, error = %e, "reading the plan in force at takeover");
+                    false
+                }
+            };
+            if held {
+                in_force.push(a.name.clone());
+            } else {
+                not_in_force.push(a.name.clone());
+            }
+            applied.push(held.then(|| plan.clone()));
+        }
+        let takeover = Takeover {
+            from_term: intent
+                .as_ref()
+                .map(|i| i.term)
+                .or_else(|| saved.state.last.as_ref().and_then(|l| l.term)),
+            unfinished_round: intent.as_ref().map(|i| i.round),
+            in_force,
+            not_in_force,
+        };
+        let mut guard = self.inner.state.lock().await;
+        let st = &mut *guard;
+        let mut ledger = saved.state.ledger;
+        for p in self.inner.policy.provider_ids() {
+            ledger.ensure(&p, now);
+        }
+        for (p, o) in &saved.state.outstanding {
+            if !o.is_empty() {
+                ledger.purge_outstanding(p, o.item_count(), now);
+            }
+        }
+        *st = Loop {
+            round: saved.state.round,
+            plan: saved.state.plan,
+            engine: saved.state.engine,
+            ledger,
+            rounds: saved.journal,
+            applied,
+            overrides: saved.state.overrides,
+            operator: saved.state.operator,
+            takeover: Some(takeover.clone()),
+        };
+        let plan = Arc::new(st.plan.clone());
+        self.inner.plan_tx.send_replace(plan);
+        tracing::warn!(
+            round = st.round,
+            unfinished = ?takeover.unfinished_round,
+            in_force = takeover.in_force.join(", "),
+            not_in_force = takeover.not_in_force.join(", "),
+            "took over the loop's state"
+        );
+        Ok(takeover)
+    }
+
+    /// The state as the store gets it after each round.
+    pub async fn state(&self) -> ControllerState {
+        let st = self.inner.state.lock().await;
+        self.state_to_save(&st, st.rounds.last().cloned())
+    }
+
+    /// Replaces the scoreboard with one built elsewhere (the merge of every shard's), whose
+    /// evidence is complete up to `as_of` (`None`: not known to be complete at all). From
+    /// now on the deadman reads the older of the scoreboard's newest sample and `as_of`, so a
+    /// feed that stops (a shard that stopped publishing) makes the data stale rather than
+    /// silently thinner. The scoreboard must have the policy's bucket length.
+    pub fn feed_scoreboard(
+        &self,
+        board: Scoreboard,
+        as_of: Option<Timestamp>,
+    ) -> Result<(), ControllerError> {
+        let mut current = self
+            .inner
+            .board
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if board.config().bucket_ms() != current.config().bucket_ms() {
+            return Err(ControllerError::Scoreboard(SteeringError::Merge(format!(
+                "the fed scoreboard's buckets are {} ms, the policy's {} ms",
+                board.config().bucket_ms(),
+                current.config().bucket_ms()
+            ))));
+        }
+        *current = board;
+        *self
+            .inner
+            .fed_as_of
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(as_of);
+        Ok(())
+    }
+
+    /// Health and beacons in, decide: everything but applying. The state stays locked until
+    /// the round is finished (or dropped, refused by a gate, leaving it as it was).
+    async fn decide_round(&self, now: Timestamp) -> Decided<'_> {
         let mut events = Vec::new();
         if let Some(m) = &self.inner.monitor {
             events.extend(m.round_once().await.events);
@@ -739,7 +957,15 @@ impl Controller {
             board.expire(now);
             board.snapshot(now, self.inner.policy.steering.rum.window.get())
         };
-        let data_as_of = snapshot.newest_sample();
+        let fed = *self
+            .inner
+            .fed_as_of
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let data_as_of = match fed {
+            None => snapshot.newest_sample(),
+            Some(cap) => snapshot.newest_sample().zip(cap).map(|(n, c)| n.min(c)),
+        };
         let effective;
         let policy: &Policy = if st.overrides.is_empty() {
             &self.inner.policy
@@ -776,6 +1002,35 @@ impl Controller {
         );
         let plan_changed = decision.plan != st.plan;
         let dry_run = self.is_dry_run();
+        Decided {
+            decision,
+            events,
+            snapshot,
+            plan_changed,
+            dry_run,
+            guard,
+        }
+    }
+
+    /// Applies a decided round on every actuator, journals it and saves the state (and commits
+    /// it through the gate, when there is one).
+    async fn finish_round(
+        &self,
+        decided: Decided<'_>,
+        now: Timestamp,
+        span: &tracing::Span,
+        term: Option<u64>,
+        gate: Option<&dyn RoundGate>,
+    ) -> RoundReport {
+        let Decided {
+            decision,
+            events,
+            snapshot,
+            plan_changed,
+            dry_run,
+            mut guard,
+        } = decided;
+        let st = &mut *guard;
         let out: BTreeMap<ProviderId, Vec<OutReason>> = st
             .ledger
             .entries()
@@ -827,6 +1082,8 @@ impl Controller {
             decided: decision.journal,
             plan_changed,
             applied,
+            term,
+            takeover: st.takeover.take(),
         };
         if record.partial() {
             let failed: Vec<String> = record.failed().iter().map(|a| a.actuator.clone()).collect();
@@ -839,7 +1096,18 @@ impl Controller {
         st.plan = decision.plan;
         st.engine = decision.state;
         st.rounds.push(record.clone());
-        let store_error = self.save(st, Some(record.clone()));
+        let mut store_error = self.save(st, Some(record.clone()));
+        if let Some(g) = gate
+            && let Err(e) = g
+                .commit(&self.state_to_save(st, Some(record.clone())))
+                .await
+        {
+            tracing::error!(round = record.round, error = %e, "the round could not be committed to the shared store");
+            store_error = Some(match store_error {
+                Some(local) => format!("{local}; shared store: {e}"),
+                None => format!("shared store: {e}"),
+            });
+        }
         let plan = Arc::new(st.plan.clone());
         self.inner.plan_tx.send_if_modified(|p| {
             if **p == *plan {
@@ -859,7 +1127,15 @@ impl Controller {
     }
 
     fn save(&self, st: &Loop, last: Option<RoundRecord>) -> Option<String> {
-        let saved = ControllerState {
+        let saved = self.state_to_save(st, last);
+        self.inner.store.save(&saved).err().map(|e| {
+            tracing::error!(error = %e, "the controller's state could not be saved");
+            e.to_string()
+        })
+    }
+
+    fn state_to_save(&self, st: &Loop, last: Option<RoundRecord>) -> ControllerState {
+        ControllerState {
             round: st.round,
             plan: st.plan.clone(),
             engine: st.engine.clone(),
@@ -874,11 +1150,7 @@ impl Controller {
             last,
             overrides: st.overrides.clone(),
             operator: st.operator.clone(),
-        };
-        self.inner.store.save(&saved).err().map(|e| {
-            tracing::error!(error = %e, "the controller's state could not be saved");
-            e.to_string()
-        })
+        }
     }
 
     /// Uses an operator switch: checks it against the policy, applies it from the next round

@@ -77,6 +77,8 @@
 
 pub mod controller;
 #[cfg(feature = "nats")]
+pub mod leader;
+#[cfg(feature = "nats")]
 pub mod lease;
 pub mod ledger;
 pub mod operator;
@@ -86,11 +88,12 @@ pub mod service;
 pub mod store;
 
 pub use controller::{
-    BeaconInput, Controller, ControllerBuilder, ControllerError, Retry, RoundReport,
+    BeaconInput, Controller, ControllerBuilder, ControllerError, Deposed, Retry, RoundGate,
+    RoundReport,
 };
 pub use ledger::{HealthLedger, LedgerEntry, OutReason};
 pub use operator::{Command, Operator, OperatorError, OperatorRecord, Overrides};
-pub use record::{ApplyOutcome, ApplyRecord, ErrorRecord, RoundRecord};
+pub use record::{ApplyOutcome, ApplyRecord, ErrorRecord, Intent, RoundRecord, Takeover};
 pub use store::{ControllerState, FileStore, MemoryStore, Saved, StateStore, StoreError};
 
 pub use multicdn_core as core;

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use multicdn_core::{Error, ProviderId, Timestamp};
+use multicdn_core::{Error, ProviderId, SteeringPlan, Timestamp};
 use multicdn_steering::engine::Mode;
 use multicdn_steering::journal::JournalEntry;
 use serde::{Deserialize, Serialize};
@@ -104,6 +104,45 @@ pub struct RoundRecord {
     pub plan_changed: bool,
     /// One record per actuator, in the order they were configured.
     pub applied: Vec<ApplyRecord>,
+    /// The leader's term (the lease's fencing token) when the round ran under a lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<u64>,
+    /// The round that continued another controller's: what its last intent was and where it
+    /// was already in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takeover: Option<Takeover>,
+}
+
+/// A round decided and about to be applied, recorded first where a successor reads it: a
+/// controller that dies between applying and journaling leaves it, and the one that takes over
+/// checks whether that plan is already in force before writing anything.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Intent {
+    /// The round's number.
+    pub round: u64,
+    /// When it was decided.
+    pub at: Timestamp,
+    /// The leader's term.
+    pub term: u64,
+    /// The plan about to be applied.
+    pub plan: SteeringPlan,
+}
+
+/// What a controller found when it took over from another: the round the other had decided
+/// and begun to apply without journaling it, and the actuators that already held that plan
+/// (they are not written again when this round decides the same).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Takeover {
+    /// The term of the controller taken over from (`None`: it left no intent).
+    pub from_term: Option<u64>,
+    /// The round it had begun (`None`: it left none unfinished).
+    pub unfinished_round: Option<u64>,
+    /// The actuators on which that round's plan was found in force.
+    pub in_force: Vec<String>,
+    /// The actuators on which it was not (it was never applied there, or only in part).
+    pub not_in_force: Vec<String>,
 }
 
 impl RoundRecord {

@@ -97,7 +97,10 @@ pub trait StateStore: fmt::Debug + Send + Sync {
 }
 
 /// Keeps the dedup rule in one place: rounds in order, each once, then the state's last round.
-fn reconcile(state: &ControllerState, lines: Vec<RoundRecord>) -> (Vec<RoundRecord>, bool) {
+pub(crate) fn reconcile(
+    state: &ControllerState,
+    lines: Vec<RoundRecord>,
+) -> (Vec<RoundRecord>, bool) {
     let mut journal: Vec<RoundRecord> = Vec::with_capacity(lines.len());
     for r in lines {
         let next = journal.last().map_or(1, |l| l.round + 1);

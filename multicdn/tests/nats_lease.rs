@@ -24,18 +24,7 @@ use multicdn_test_support::NatsServer;
 const TTL: Duration = Duration::from_secs(2);
 
 fn server() -> Option<NatsServer> {
-    match NatsServer::start().unwrap() {
-        Some(s) => Some(s),
-        None => {
-            let why = "nats-server is not installed (apt-get install nats-server; .ci/run does)";
-            if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
-                panic!("the lease tests cannot run in CI: {why}");
-            }
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "skipped: {why}");
-            None
-        }
-    }
+    NatsServer::start_or_skip("the lease tests").unwrap()
 }
 
 async fn lease(server: &NatsServer, holder: &str) -> NatsLease {

@@ -287,6 +287,26 @@ impl Service {
         .await;
     }
 
+    /// As [`Service::run`], behind `leader` (feature `nats`): the controller's rounds run
+    /// only while this process holds the lease, each observed as [`Service::run`] observes
+    /// them; a follower serves beacons, the dashboard and the API meanwhile.
+    #[cfg(feature = "nats")]
+    pub async fn run_led(
+        &self,
+        leader: &crate::leader::Leader,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let clock = self.inner.controller.clock();
+        leader
+            .run_observed(shutdown, |report, took| {
+                let now = clock.now();
+                async move {
+                    self.observe(&report, took.as_secs_f64(), now).await;
+                }
+            })
+            .await;
+    }
+
     /// The public router: beacons, the script, the dashboard, the JSON API and `/metrics`.
     /// Serve it with [`serve`] or with `axum::serve(..).into_make_service_with_connect_info::<SocketAddr>()`
     /// (the receiver needs the peer address).
