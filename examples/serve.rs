@@ -39,6 +39,12 @@
 //! checks or NS1 monitors are provisioned at start). `--state DIR` keeps the controller's
 //! state and journal across restarts.
 //!
+//! With `--nats URL`, several `serve` processes run as one: each contends for a lease on the
+//! NATS server (JetStream) and only the holder runs rounds, writing the DNS through a fence
+//! that refuses a deposed leader's writes; the loop's state and journal live there, so a
+//! standby that takes over goes on from the step a failover had reached (`multicdn::leader`).
+//! Give each a `--name`; `--lease-ttl` bounds how long a dead leader's traffic goes unsteered.
+//!
 //! Stops on Ctrl-C (or after `--run-for`), finishing the round in flight. Exit codes: 0
 //! stopped cleanly; 2 it could not start (policy, listener, credentials, vendor).
 
@@ -156,6 +162,53 @@ struct Cli {
     /// Stop after this long (`90s`, `10m`); default: until Ctrl-C.
     #[arg(long, value_parser = common::parse_duration)]
     run_for: Option<Duration>,
+    /// Time between rounds (default: the policy's health interval).
+    #[arg(long, value_parser = common::parse_duration)]
+    interval: Option<Duration>,
+    /// Probe this provider's edge at this base URL instead of the policy's host (repeatable):
+    /// `fastly=http://127.0.0.1:9001`.
+    #[arg(long = "edge", value_name = "ID=URL", value_parser = common::parse_edge)]
+    edges: Vec<(ProviderId, String)>,
+    /// One of several controllers: contend for the lease on this NATS server (JetStream) and
+    /// steer only while holding it; the loop's state is shared there.
+    #[arg(long, value_name = "URL")]
+    nats: Option<String>,
+    /// This controller's name among them (default: host and process id).
+    #[arg(long, requires = "nats")]
+    name: Option<String>,
+    /// How long a leader's tenure lasts without renewal.
+    #[arg(long, default_value = "15s", value_parser = common::parse_duration, requires = "nats")]
+    lease_ttl: Duration,
+}
+
+/// The lease and the shared state of `--nats`.
+struct Cluster {
+    lease: multicdn::lease::NatsLease,
+    store: multicdn::leader::SharedStore,
+}
+
+async fn cluster(cli: &Cli) -> Result<Option<Cluster>, Fail> {
+    use multicdn::leader::{SharedStore, StoreConfig};
+    use multicdn::lease::{LeaseConfig, NatsLease};
+    let Some(url) = &cli.nats else {
+        return Ok(None);
+    };
+    let client = async_nats::ConnectOptions::new()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(url.as_str())
+        .await
+        .map_err(|e| fail(&format!("connecting to NATS at {url}"))(e.to_string()))?;
+    let name = cli.name.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "controller".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let lease = NatsLease::open(client.clone(), LeaseConfig::new(name, cli.lease_ttl))
+        .await
+        .map_err(|e| fail("the controller lease")(e.to_string()))?;
+    let store = SharedStore::open(client, StoreConfig::default())
+        .await
+        .map_err(|e| fail("the shared controller state")(e.to_string()))?;
+    Ok(Some(Cluster { lease, store }))
 }
 
 #[tokio::main]
@@ -354,7 +407,7 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
     } else {
         None
     };
-    let overrides: BTreeMap<ProviderId, String> = lab
+    let mut overrides: BTreeMap<ProviderId, String> = lab
         .as_ref()
         .map(|l| {
             l.edges
@@ -363,6 +416,7 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
                 .collect()
         })
         .unwrap_or_default();
+    overrides.extend(common::overrides(&cli.edges)?);
     let apis = match &lab {
         Some(l) => common::VendorApis {
             fastly: Some(l.purge.fastly_base()),
@@ -412,18 +466,29 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
         ProviderId::new("content-steering").map_err(|e| fail("content steering")(e.to_string()))?,
         video_plan.clone(),
     );
+    let cluster = cluster(&cli).await?;
+    let dns_name = format!("{:?}", cli.dns).to_lowercase();
+    let dns: Arc<dyn Steerer> = match &cluster {
+        // Every write re-checks the lease: a deposed leader's is refused.
+        Some(c) => Arc::new(multicdn::lease::FencedSteerer::new(
+            c.lease.clone(),
+            actuator(&cli, &policy).await?,
+            ProviderId::new(&dns_name).map_err(|e| fail("actuator")(e.to_string()))?,
+        )),
+        None => actuator(&cli, &policy).await?,
+    };
     let mut builder = Controller::builder(policy.clone())
         .content_steering(content_steerer)
-        .shared_actuator(
-            format!("{:?}", cli.dns).to_lowercase(),
-            actuator(&cli, &policy).await?,
-        )
+        .shared_actuator(dns_name, dns)
         .monitor(monitor(&policy, &overrides)?)
         .purge_fanout(fanout)
         .resolver(resolver.clone())
         .dry_run(cli.dry_run);
     if let Some(dir) = &cli.state {
         builder = builder.store(FileStore::new(dir));
+    }
+    if let Some(interval) = cli.interval {
+        builder = builder.interval(interval);
     }
     let controller = builder
         .build()
@@ -498,7 +563,19 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
     let rounds = {
         let s = service.clone();
         let rx = stop_rx.clone();
-        tokio::spawn(async move { s.run(stopped(rx)).await })
+        match cluster {
+            Some(c) => {
+                common::out!(
+                    "  leadership  lease {} on {}",
+                    c.lease.config().holder,
+                    cli.nats.as_deref().unwrap_or_default()
+                );
+                let leader =
+                    multicdn::leader::Leader::new(s.controller().clone(), c.lease, c.store);
+                tokio::spawn(async move { s.run_led(&leader, stopped(rx)).await })
+            }
+            None => tokio::spawn(async move { s.run(stopped(rx)).await }),
+        }
     };
     let admin = tokio::spawn(serve(
         admin_listener,

@@ -71,6 +71,9 @@ pub struct StoreConfig {
     pub objects: String,
     /// Deadline of each request to the server (a state of many megabytes takes longer).
     pub timeout: Duration,
+    /// How many of the journal's last rounds a contender reads when it takes over (the older
+    /// ones stay in the store, one object a round).
+    pub journal_window: usize,
 }
 
 impl Default for StoreConfig {
@@ -79,6 +82,7 @@ impl Default for StoreConfig {
             bucket: "multicdn-controller".into(),
             objects: "multicdn-controller".into(),
             timeout: Duration::from_secs(5),
+            journal_window: 200,
         }
     }
 }
@@ -274,6 +278,34 @@ impl SharedStore {
         answer(self.config.timeout, &what, read).await
     }
 
+    /// A round's journal record; `None` when the store has none for it.
+    async fn get_record(&self, round: u64) -> Result<Option<RoundRecord>, SharedStoreError> {
+        let name = journal_name(round);
+        let what = format!("reading {}/{name}", self.config.objects);
+        let read = async {
+            let mut object = match self.objects.get(&name).await {
+                Ok(o) => o,
+                Err(e) if e.kind() == object_store::GetErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e.to_string()),
+            };
+            let mut bytes = Vec::new();
+            object
+                .read_to_end(&mut bytes)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Some(bytes))
+        };
+        let Some(bytes) = answer(self.config.timeout, &what, read).await? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| SharedStoreError::Corrupt {
+                what: format!("{}/{name}", self.config.objects),
+                message: e.to_string(),
+            })
+    }
+
     async fn put_object(&self, name: &str, bytes: &[u8]) -> Result<(), SharedStoreError> {
         let what = format!("writing {}/{name}", self.config.objects);
         let mut reader = bytes;
@@ -306,31 +338,22 @@ impl SharedStore {
                 what: format!("{}/{state_name}", self.config.objects),
                 message: e.to_string(),
             })?;
-        let mut names = Vec::new();
-        let mut list = answer(
-            self.config.timeout,
-            "listing the journal",
-            self.objects.list(),
-        )
-        .await?;
-        while let Some(info) = list.next().await {
-            let info = info.map_err(|e| unavailable("listing the journal")(e.to_string()))?;
-            if info.name.starts_with("journal-") && !info.deleted {
-                names.push(info.name);
-            }
+        // The journal's last rounds, read by name (no listing), several at a time.
+        let first = state
+            .round
+            .saturating_sub(self.config.journal_window.saturating_sub(1) as u64)
+            .max(1);
+        let records: Vec<Result<Option<RoundRecord>, SharedStoreError>> =
+            futures::stream::iter(first..=state.round)
+                .map(|round| self.get_record(round))
+                .buffered(16)
+                .collect()
+                .await;
+        let mut lines = Vec::with_capacity(records.len());
+        for r in records {
+            lines.extend(r?);
         }
-        names.sort_unstable();
-        let mut lines = Vec::with_capacity(names.len());
-        for name in names {
-            let bytes = self.get_object(&name).await?;
-            let record: RoundRecord =
-                serde_json::from_slice(&bytes).map_err(|e| SharedStoreError::Corrupt {
-                    what: format!("{}/{name}", self.config.objects),
-                    message: e.to_string(),
-                })?;
-            lines.push(record);
-        }
-        let (journal, repaired) = reconcile(&state, lines);
+        let (journal, repaired) = reconcile(&state, lines, first);
         if repaired && let Some(last) = &state.last {
             let bytes = encode(last)?;
             self.put_object(&journal_name(last.round), &bytes).await?;

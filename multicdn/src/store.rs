@@ -58,7 +58,9 @@ pub struct ControllerState {
 pub struct Saved {
     /// The state.
     pub state: ControllerState,
-    /// Every round, in order, without gaps or duplicates.
+    /// The rounds the store keeps at hand, in order, without gaps or duplicates: every round
+    /// for [`FileStore`] and [`MemoryStore`], the last `journal_window` for the shared store
+    /// on NATS.
     pub journal: Vec<RoundRecord>,
 }
 
@@ -96,21 +98,23 @@ pub trait StateStore: fmt::Debug + Send + Sync {
     fn save(&self, state: &ControllerState) -> Result<(), StoreError>;
 }
 
-/// Keeps the dedup rule in one place: rounds in order, each once, then the state's last round.
+/// Keeps the dedup rule in one place: rounds in order from `first`, each once, then the
+/// state's last round.
 pub(crate) fn reconcile(
     state: &ControllerState,
     lines: Vec<RoundRecord>,
+    first: u64,
 ) -> (Vec<RoundRecord>, bool) {
     let mut journal: Vec<RoundRecord> = Vec::with_capacity(lines.len());
     for r in lines {
-        let next = journal.last().map_or(1, |l| l.round + 1);
+        let next = journal.last().map_or(first, |l| l.round + 1);
         if r.round == next {
             journal.push(r);
         }
     }
     let mut repaired = false;
     if let Some(last) = &state.last {
-        let have = journal.last().map_or(0, |l| l.round);
+        let have = journal.last().map_or(first.saturating_sub(1), |l| l.round);
         if last.round == have + 1 {
             journal.push(last.clone());
             repaired = true;
@@ -254,7 +258,7 @@ impl StateStore for FileStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Self::io(&jpath)(e)),
         }
-        let (journal, repaired) = reconcile(&state, lines);
+        let (journal, repaired) = reconcile(&state, lines, 1);
         if repaired {
             // Rewrite the journal whole: a torn line must not sit between two rounds.
             let tmp = self.dir.join("journal.ndjson.tmp");
