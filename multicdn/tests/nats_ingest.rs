@@ -491,3 +491,68 @@ async fn a_second_worker_of_a_shard_is_fenced() {
     );
     assert!(err.to_string().contains("shard-2"), "{err}");
 }
+
+/// End-to-end rate on this machine: two publishers, four workers, from the first offer to
+/// the merged scoreboard holding every beacon.
+///
+/// ```text
+/// cargo test --release -p multicdn --features nats --test nats_ingest -- --ignored --nocapture end_to_end
+/// ```
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: prints beacons per second"]
+async fn end_to_end_rate_two_publishers_four_workers() {
+    let Some(server) = server() else { return };
+    let n: usize = std::env::var("BEACONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    // 300 networks: a shard snapshot must fit in one message (1 MB by default).
+    let all = beacons(7, n, 300, start(), HOUR);
+    let expected = reference(&all);
+    let mut pubs = Vec::new();
+    for name in ["rx-a", "rx-b"] {
+        let mut c = PublisherConfig::new(name, shards());
+        c.buffer = n;
+        c.batch_max = 500;
+        c.linger = Duration::from_millis(20);
+        c.ack_timeout = Duration::from_secs(2);
+        pubs.push(
+            BeaconPublisher::start(client(&server).await, c, clock())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut workers = Vec::new();
+    for shard in 0..SHARDS {
+        let mut c = WorkerConfig::new(shard, format!("w{shard}"), shards());
+        c.snapshot_every = Duration::from_millis(500);
+        c.ack_wait = Duration::from_secs(10);
+        c.pull_max = 64;
+        let w = IngestWorker::open(client(&server).await, c, base(), vec![], clock())
+            .await
+            .unwrap();
+        workers.push(run(w));
+    }
+    let began = Instant::now();
+    let (left, right) = all.split_at(n / 2);
+    let (a, b) = (pubs[0].clone(), pubs[1].clone());
+    let (l, r) = (left.to_vec(), right.to_vec());
+    let ta = tokio::spawn(async move { offer_all(&a, &l).await.len() });
+    let tb = tokio::spawn(async move { offer_all(&b, &r).await.len() });
+    assert_eq!(ta.await.unwrap() + tb.await.unwrap(), n, "nothing dropped");
+    let offered = began.elapsed();
+    for p in &pubs {
+        assert_eq!(p.flush(Duration::from_secs(60)).await.left, 0);
+    }
+    let published = began.elapsed();
+    let m = merged_with(&server, expected.quality().stored, Duration::from_secs(120)).await;
+    let merged_at = began.elapsed();
+    assert_same(&m, &expected);
+    let batches: u64 = pubs.iter().map(|p| p.stats().batches).sum();
+    println!(
+        "{n} beacons ({batches} batches, {} cells): offered in {offered:.2?}, published in {published:.2?}, in the merged scoreboard after {merged_at:.2?}: {:.0} beacons/s end to end",
+        m.board.cells(),
+        n as f64 / merged_at.as_secs_f64()
+    );
+    stop_all(workers).await;
+}
