@@ -85,6 +85,9 @@ pub mod operator;
 pub mod record;
 #[cfg(feature = "service")]
 pub mod service;
+/// Sharded beacon ingest over NATS JetStream: batched publishers, one worker per shard, the merge.
+#[cfg(feature = "nats")]
+pub mod shards;
 pub mod store;
 
 pub use controller::{

@@ -711,3 +711,42 @@ async fn a_running_drill_and_its_report_are_served() {
         "{applied:?}"
     );
 }
+
+/// With a shard publisher (feature `nats`): every accepted beacon is offered to it, and what
+/// its full buffer refuses (here the server is gone, so nothing leaves) is counted.
+#[cfg(feature = "nats")]
+#[tokio::test]
+async fn beacons_the_shard_publisher_drops_are_counted() {
+    use multicdn::shards::{BeaconPublisher, PublisherConfig, ShardsConfig};
+    let Some(mut nats) = multicdn_test_support::NatsServer::start().unwrap() else {
+        let why = "nats-server is not installed (apt-get install nats-server; .ci/run does)";
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false"),
+            "cannot run in CI: {why}"
+        );
+        return;
+    };
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    let mut config = PublisherConfig::new("rx", ShardsConfig::new(2));
+    config.buffer = 2;
+    let publisher = BeaconPublisher::start(client, config, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    nats.stop();
+    let r = running(|c| c.publisher(publisher.clone())).await;
+    for i in 0..5 {
+        let resp = beacon(&r, "/rum/nav", &nav(&format!("d{i}"), "fastly", 100.0)).await;
+        assert_eq!(
+            resp.status(),
+            204,
+            "a beacon is accepted whatever the publisher does"
+        );
+    }
+    let s = publisher.stats();
+    assert_eq!((s.offered, s.buffered, s.dropped), (5, 2, 3), "{s:?}");
+    let metrics = r.service.metrics_text();
+    assert!(
+        metrics.contains("multicdn_beacons_publish_dropped_total 3"),
+        "{metrics}"
+    );
+}

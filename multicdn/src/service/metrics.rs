@@ -68,6 +68,8 @@ pub(crate) struct Metrics {
     rejected: Family<RejectLabel, Counter>,
     forwarded_ignored: Counter,
     unresolved: Counter,
+    #[cfg(feature = "nats")]
+    publish_dropped: Counter,
     cells: Family<MetricLabel, Gauge>,
     steerable: Family<MetricLabel, Gauge>,
     moves: Family<RuleLabel, Counter>,
@@ -94,6 +96,8 @@ impl Metrics {
             rejected: Family::default(),
             forwarded_ignored: Counter::default(),
             unresolved: Counter::default(),
+            #[cfg(feature = "nats")]
+            publish_dropped: Counter::default(),
             cells: Family::default(),
             steerable: Family::default(),
             moves: Family::default(),
@@ -124,6 +128,12 @@ impl Metrics {
             "beacons_forwarded_ignored",
             "Beacons whose X-Forwarded-For or Forwarded came from a peer that is not a trusted proxy (the header was not believed; the socket address was used)",
             m.forwarded_ignored.clone(),
+        );
+        #[cfg(feature = "nats")]
+        registry.register(
+            "beacons_publish_dropped",
+            "Accepted beacons the shard publisher refused because its buffer was full (taken here, not published to the shards)",
+            m.publish_dropped.clone(),
         );
         registry.register(
             "beacons_unresolved",
@@ -239,6 +249,11 @@ impl Metrics {
 
     pub(crate) fn forwarded_ignored_count(&self) -> u64 {
         self.forwarded_ignored.get()
+    }
+
+    #[cfg(feature = "nats")]
+    pub(crate) fn publish_dropped(&self) {
+        self.publish_dropped.inc();
     }
 
     pub(crate) fn unresolved(&self) {

@@ -92,6 +92,9 @@ pub struct ServiceConfig {
     pub public_url: Option<String>,
     /// Rounds of history kept for the dashboard's charts.
     pub history: usize,
+    /// Where accepted beacons are also published for sharded ingest (feature `nats`).
+    #[cfg(feature = "nats")]
+    pub publisher: Option<crate::shards::BeaconPublisher>,
 }
 
 impl fmt::Debug for ServiceConfig {
@@ -126,7 +129,17 @@ impl ServiceConfig {
             admin_token: None,
             public_url: None,
             history: 2880,
+            #[cfg(feature = "nats")]
+            publisher: None,
         }
+    }
+
+    /// Also publishes every accepted beacon to its shard (feature `nats`); a beacon the
+    /// publisher drops is counted in `multicdn_beacons_publish_dropped_total`.
+    #[cfg(feature = "nats")]
+    pub fn publisher(mut self, publisher: crate::shards::BeaconPublisher) -> Self {
+        self.publisher = Some(publisher);
+        self
     }
 
     /// Sets the admin token.

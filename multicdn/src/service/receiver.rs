@@ -567,6 +567,12 @@ pub(crate) async fn receive(
     if network.is_unknown() {
         service.inner.metrics.unresolved();
     }
+    #[cfg(feature = "nats")]
+    if let Some(publisher) = &cfg.publisher
+        && !publisher.offer(&received)
+    {
+        service.inner.metrics.publish_dropped();
+    }
     Ok(())
 }
 
