@@ -65,6 +65,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, pull};
 use async_nats::jetstream::kv::{self, Operation};
+use async_nats::jetstream::object_store::{self, ObjectStore};
 use async_nats::jetstream::{self, AckKind, stream};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
@@ -72,6 +73,7 @@ use multicdn_core::{Clock, Timestamp};
 use multicdn_steering::beacon::{Beacon, ClientNetwork, Received};
 use multicdn_steering::scoreboard::Scoreboard;
 use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, mpsc};
 
 /// The FNV-1a 64-bit offset basis and prime.
@@ -206,8 +208,11 @@ pub struct ShardsConfig {
     pub stream: String,
     /// The subject prefix (`multicdn.beacons`): shard `n` is `<prefix>.<n>`.
     pub prefix: String,
-    /// The key-value bucket of the snapshots (`multicdn_shards`).
+    /// The key-value bucket of the snapshots' heads (`multicdn_shards`): small, compared-and-set
+    /// by revision.
     pub bucket: String,
+    /// The object store of the snapshots' scoreboards (`multicdn_shards`), of any size.
+    pub objects: String,
     /// How many shards; every publisher, worker and reader must agree.
     pub shards: u16,
     /// The stream's duplicate window: a batch published again within it is dropped (2 min).
@@ -225,6 +230,7 @@ impl ShardsConfig {
             stream: "MULTICDN_BEACONS".into(),
             prefix: "multicdn.beacons".into(),
             bucket: "multicdn_shards".into(),
+            objects: "multicdn_shards".into(),
             shards,
             duplicate_window: Duration::from_secs(120),
             max_age: Duration::from_secs(3600),
@@ -253,6 +259,12 @@ impl ShardsConfig {
             return Err(ShardError::Config(format!(
                 "bucket {:?}: use 1 to 64 of A-Z a-z 0-9 - _",
                 self.bucket
+            )));
+        }
+        if !name_ok(&self.objects, b"") {
+            return Err(ShardError::Config(format!(
+                "objects {:?}: use 1 to 64 of A-Z a-z 0-9 - _",
+                self.objects
             )));
         }
         if !name_ok(&self.prefix, b".")
@@ -321,6 +333,98 @@ impl ShardsConfig {
             }),
         )
         .await
+    }
+}
+
+/// The snapshots' object store, created when missing.
+impl ShardsConfig {
+    async fn ensure_objects(&self, js: &jetstream::Context) -> Result<ObjectStore, ShardError> {
+        if let Ok(Ok(store)) =
+            tokio::time::timeout(self.timeout, js.get_object_store(&self.objects)).await
+        {
+            return Ok(store);
+        }
+        answer(
+            self.timeout,
+            "creating the snapshot object store",
+            &self.objects,
+            js.create_object_store(object_store::Config {
+                bucket: self.objects.clone(),
+                description: Some("multicdn shard scoreboards".into()),
+                ..Default::default()
+            }),
+        )
+        .await
+    }
+}
+
+/// Where a shard's snapshots are: the head's bucket and the scoreboards' object store.
+#[derive(Clone)]
+struct Snapshots {
+    heads: kv::Store,
+    objects: ObjectStore,
+    /// Deadline of a head read or write.
+    timeout: Duration,
+    /// Deadline of a scoreboard's read or write (they can be tens of megabytes).
+    bulk_timeout: Duration,
+}
+
+impl fmt::Debug for Snapshots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshots").finish_non_exhaustive()
+    }
+}
+
+impl Snapshots {
+    async fn open(config: &ShardsConfig, js: &jetstream::Context) -> Result<Snapshots, ShardError> {
+        Ok(Snapshots {
+            heads: config.ensure_bucket(js).await?,
+            objects: config.ensure_objects(js).await?,
+            timeout: config.timeout,
+            bulk_timeout: config.timeout * 15,
+        })
+    }
+
+    async fn get_board(&self, name: &str) -> Result<Vec<u8>, ShardError> {
+        let read = async {
+            let info = self.objects.info(name).await.map_err(|e| e.to_string())?;
+            if info.deleted {
+                return Err(format!("{name} was retired by a newer snapshot"));
+            }
+            let mut object = self.objects.get(name).await.map_err(|e| e.to_string())?;
+            let mut bytes = Vec::new();
+            object
+                .read_to_end(&mut bytes)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(bytes)
+        };
+        answer(self.bulk_timeout, "reading a shard scoreboard", name, read).await
+    }
+
+    async fn put_board(&self, name: &str, bytes: &[u8]) -> Result<(), ShardError> {
+        let mut reader = bytes;
+        answer(
+            self.bulk_timeout,
+            "writing a shard scoreboard",
+            name,
+            self.objects.put(name, &mut reader),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn delete_board(&self, name: &str) {
+        if let Err(e) = answer(
+            self.timeout,
+            "deleting a shard scoreboard",
+            name,
+            self.objects.delete(name),
+        )
+        .await
+        {
+            tracing::debug!(error = %e, object = name, "an old shard scoreboard stays");
+        }
     }
 }
 
@@ -734,7 +838,9 @@ async fn publish_loop(
 // ---------------------------------------------------------------------------------------------
 // Snapshots
 
-/// What a worker publishes for its shard (the value of `shard-<n>`, JSON).
+/// What a worker publishes for its shard: the head (key `shard-<n>`, JSON, everything but the
+/// scoreboard, and the name of the object holding the scoreboard) and the scoreboard (an
+/// object of the snapshot object store, JSON), so a shard of any size fits.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ShardSnapshot {
     /// The shard.
@@ -759,46 +865,81 @@ pub struct ShardSnapshot {
     pub board: Scoreboard,
 }
 
-impl ShardSnapshot {
-    /// The value as stored.
-    pub fn encode(&self) -> Result<bytes::Bytes, ShardError> {
-        serde_json::to_vec(self)
-            .map(Into::into)
-            .map_err(|e| ShardError::Corrupt {
-                target: ShardsConfig::key(self.shard),
-                message: e.to_string(),
-            })
-    }
+/// A snapshot's head as the key holds it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Head {
+    shard: u16,
+    worker: String,
+    published_at: Timestamp,
+    beacons: u64,
+    batches: u64,
+    #[serde(default)]
+    floor: u64,
+    applied: BTreeSet<u64>,
+    /// The object holding the scoreboard.
+    board: String,
+}
 
-    /// A value read from `key`.
-    pub fn decode(key: &str, value: &[u8]) -> Result<ShardSnapshot, ShardError> {
-        serde_json::from_slice(value).map_err(|e| ShardError::Corrupt {
-            target: key.to_owned(),
-            message: e.to_string(),
-        })
+fn corrupt(target: &str) -> impl FnOnce(serde_json::Error) -> ShardError + '_ {
+    move |e| ShardError::Corrupt {
+        target: target.to_owned(),
+        message: e.to_string(),
     }
 }
 
-/// Shard `shard`'s snapshot and its revision, `None` when none was written.
+/// Shard `shard`'s snapshot, its revision and its scoreboard's object, `None` when none was
+/// written.
 async fn read_snapshot(
-    store: &kv::Store,
-    timeout: Duration,
+    snapshots: &Snapshots,
     shard: u16,
-) -> Result<Option<(ShardSnapshot, u64)>, ShardError> {
+) -> Result<Option<(ShardSnapshot, u64, String)>, ShardError> {
+    // A worker may publish (and retire an old scoreboard) between the head and the object:
+    // once more then, from the new head.
+    match read_snapshot_once(snapshots, shard).await {
+        Err(ShardError::Unavailable { .. }) => read_snapshot_once(snapshots, shard).await,
+        other => other,
+    }
+}
+
+async fn read_snapshot_once(
+    snapshots: &Snapshots,
+    shard: u16,
+) -> Result<Option<(ShardSnapshot, u64, String)>, ShardError> {
     let key = ShardsConfig::key(shard);
-    let entry = answer(timeout, "reading a shard snapshot", &key, store.entry(&key)).await?;
+    let entry = answer(
+        snapshots.timeout,
+        "reading a shard snapshot",
+        &key,
+        snapshots.heads.entry(&key),
+    )
+    .await?;
     let Some(entry) = entry else { return Ok(None) };
     if entry.operation != Operation::Put {
         return Ok(None);
     }
-    let snap = ShardSnapshot::decode(&key, &entry.value)?;
-    if snap.shard != shard {
+    let head: Head = serde_json::from_slice(&entry.value).map_err(corrupt(&key))?;
+    if head.shard != shard {
         return Err(ShardError::Corrupt {
             target: key,
-            message: format!("holds shard {}'s snapshot", snap.shard),
+            message: format!("holds shard {}'s snapshot", head.shard),
         });
     }
-    Ok(Some((snap, entry.revision)))
+    let bytes = snapshots.get_board(&head.board).await?;
+    let board: Scoreboard = serde_json::from_slice(&bytes).map_err(corrupt(&head.board))?;
+    Ok(Some((
+        ShardSnapshot {
+            shard,
+            worker: head.worker,
+            published_at: head.published_at,
+            beacons: head.beacons,
+            batches: head.batches,
+            floor: head.floor,
+            applied: head.applied,
+            board,
+        },
+        entry.revision,
+        head.board,
+    )))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -906,7 +1047,11 @@ impl WorkerCounters {
 pub struct IngestWorker {
     config: WorkerConfig,
     consumer: jetstream::consumer::Consumer<pull::Config>,
-    store: kv::Store,
+    snapshots: Snapshots,
+    /// The objects holding the last two published scoreboards, newest last (the one before
+    /// is deleted once a newer one is in force: a reader that read the previous head a moment
+    /// ago still finds its scoreboard).
+    objects: VecDeque<String>,
     clock: Arc<dyn Clock>,
     probe_order: Vec<String>,
     max_payload: usize,
@@ -953,7 +1098,7 @@ impl IngestWorker {
         let max_payload = client.server_info().max_payload;
         let js = config.shards.context(client);
         let stream = config.shards.ensure_stream(&js).await?;
-        let store = config.shards.ensure_bucket(&js).await?;
+        let snapshots = Snapshots::open(&config.shards, &js).await?;
         let name = config.consumer();
         let consumer = answer(
             config.shards.timeout,
@@ -977,7 +1122,8 @@ impl IngestWorker {
             last_snapshot: clock.now(),
             config,
             consumer,
-            store,
+            snapshots,
+            objects: VecDeque::new(),
             clock,
             probe_order,
             max_payload,
@@ -991,13 +1137,10 @@ impl IngestWorker {
             batches: 0,
             counters: WorkerCounters::default(),
         };
-        if let Some((snap, revision)) = read_snapshot(
-            &worker.store,
-            worker.config.shards.timeout,
-            worker.config.shard,
-        )
-        .await?
+        if let Some((snap, revision, object)) =
+            read_snapshot(&worker.snapshots, worker.config.shard).await?
         {
+            worker.objects.push_back(object);
             worker
                 .board
                 .merge(&snap.board)
@@ -1121,7 +1264,17 @@ impl IngestWorker {
         let shard = self.config.shard;
         let key = ShardsConfig::key(shard);
         let now = self.clock.now();
-        let snap = ShardSnapshot {
+        // Buckets past the retention go before the snapshot: a shard's board stays the size of
+        // its window, however long the worker runs.
+        self.board.expire(now);
+        let object = format!(
+            "shard-{shard}-{}-{}",
+            now.as_millis(),
+            self.revision.unwrap_or(0) + 1
+        );
+        let board = serde_json::to_vec(&self.board).map_err(corrupt(&object))?;
+        self.snapshots.put_board(&object, &board).await?;
+        let head = Head {
             shard,
             worker: self.config.name.clone(),
             published_at: now,
@@ -1129,10 +1282,11 @@ impl IngestWorker {
             batches: self.batches,
             floor: self.floor,
             applied: self.applied.clone(),
-            board: self.board.clone(),
+            board: object.clone(),
         };
-        let value = snap.encode()?;
+        let value: bytes::Bytes = serde_json::to_vec(&head).map_err(corrupt(&key))?.into();
         if self.max_payload > 0 && value.len() > self.max_payload {
+            self.snapshots.delete_board(&object).await;
             return Err(ShardError::TooLarge {
                 shard,
                 key,
@@ -1148,19 +1302,45 @@ impl IngestWorker {
             expected: self.revision,
         };
         let written = match self.revision {
-            Some(rev) => within(timeout, WHAT, &key, self.store.update(&key, value, rev))
-                .await?
-                .map_err(|e| match e.kind() {
-                    kv::UpdateErrorKind::WrongLastRevision => fenced,
-                    _ => ShardError::unavailable(WHAT, &key, e),
-                }),
-            None => within(timeout, WHAT, &key, self.store.create(&key, value))
-                .await?
-                .map_err(|e| match e.kind() {
-                    kv::CreateErrorKind::AlreadyExists => fenced,
-                    _ => ShardError::unavailable(WHAT, &key, e),
-                }),
-        }?;
+            Some(rev) => within(
+                timeout,
+                WHAT,
+                &key,
+                self.snapshots.heads.update(&key, value, rev),
+            )
+            .await?
+            .map_err(|e| match e.kind() {
+                kv::UpdateErrorKind::WrongLastRevision => fenced,
+                _ => ShardError::unavailable(WHAT, &key, e),
+            }),
+            None => within(
+                timeout,
+                WHAT,
+                &key,
+                self.snapshots.heads.create(&key, value),
+            )
+            .await?
+            .map_err(|e| match e.kind() {
+                kv::CreateErrorKind::AlreadyExists => fenced,
+                _ => ShardError::unavailable(WHAT, &key, e),
+            }),
+        };
+        let written = match written {
+            Ok(w) => w,
+            Err(e) => {
+                if matches!(e, ShardError::Fenced { .. }) {
+                    // This scoreboard is in force nowhere (after a timeout it may be).
+                    self.snapshots.delete_board(&object).await;
+                }
+                return Err(e);
+            }
+        };
+        self.objects.push_back(object);
+        while self.objects.len() > 2 {
+            if let Some(old) = self.objects.pop_front() {
+                self.snapshots.delete_board(&old).await;
+            }
+        }
         self.revision = Some(written);
         self.last_snapshot = now;
         self.to_ack.append(&mut self.unacked);
@@ -1294,30 +1474,27 @@ pub struct Merged {
 /// Reads and merges the shards' snapshots (for the controller).
 #[derive(Debug, Clone)]
 pub struct ShardSet {
-    store: kv::Store,
+    snapshots: Snapshots,
     shards: u16,
-    timeout: Duration,
 }
 
 impl ShardSet {
-    /// The snapshot bucket of `config` (created when missing).
+    /// The snapshots of `config` (their bucket and object store created when missing).
     pub async fn open(
         client: async_nats::Client,
         config: ShardsConfig,
     ) -> Result<ShardSet, ShardError> {
         config.validate()?;
         let js = config.context(client);
-        let store = config.ensure_bucket(&js).await?;
-        Ok(ShardSet::new(store, config.shards, config.timeout))
+        Ok(ShardSet {
+            snapshots: Snapshots::open(&config, &js).await?,
+            shards: config.shards,
+        })
     }
 
-    /// Over a bucket already open.
-    pub fn new(store: kv::Store, shards: u16, timeout: Duration) -> ShardSet {
-        ShardSet {
-            store,
-            shards,
-            timeout,
-        }
+    /// How many shards it reads.
+    pub fn shards(&self) -> u16 {
+        self.shards
     }
 
     /// Merges the latest snapshot of every shard into a copy of `base` (an empty scoreboard
@@ -1342,8 +1519,8 @@ impl ShardSet {
                 worker: None,
                 problem: None,
             };
-            match read_snapshot(&self.store, self.timeout, shard).await {
-                Ok(Some((snap, _))) => match board.merge(&snap.board) {
+            match read_snapshot(&self.snapshots, shard).await {
+                Ok(Some((snap, _, _))) => match board.merge(&snap.board) {
                     Ok(()) => {
                         status.published_at = Some(snap.published_at);
                         status.age = Some(now.since(snap.published_at));

@@ -54,8 +54,16 @@ pub(crate) fn base() -> Scoreboard {
     Scoreboard::new(ScoreboardConfig::default(), &providers()).unwrap()
 }
 
+/// The tests' beacons begin 51 minutes before the first call (the workers run on the system
+/// clock and drop buckets past the retention before each snapshot, so the beacons must be
+/// recent), the same instant for every call in a test binary.
 pub(crate) fn start() -> Timestamp {
-    Timestamp::parse_rfc3339("2026-12-01T09:00:00Z").unwrap()
+    static START: std::sync::OnceLock<Timestamp> = std::sync::OnceLock::new();
+    *START.get_or_init(|| {
+        use multicdn::core::Clock as _;
+        let now = multicdn::core::SystemClock.now();
+        Timestamp::from_millis(now.as_millis().saturating_sub(51 * 60 * 1000))
+    })
 }
 
 /// `n` beacons from `asns` networks over `span` from `from`.
