@@ -60,7 +60,9 @@ use crate::Controller;
 use crate::controller::{Deposed, RoundGate, RoundReport, every};
 use crate::lease::{LeaseError, LeaseState, NatsLease, Term};
 use crate::record::{Intent, RoundRecord};
+use crate::shards::{ShardSet, ShardStatus};
 use crate::store::{ControllerState, Saved, reconcile};
+use multicdn_steering::scoreboard::{Scoreboard, ScoreboardConfig};
 
 /// Where the shared state lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -515,6 +517,16 @@ pub struct Leader {
     lease: NatsLease,
     store: SharedStore,
     tenure: Arc<tokio::sync::Mutex<Tenure>>,
+    shards: Option<Arc<Shards>>,
+}
+
+/// The shards' snapshots a leader merges before each round.
+struct Shards {
+    set: ShardSet,
+    /// An empty scoreboard with the policy's providers and bucket length.
+    base: Scoreboard,
+    /// The last merge's shards, for the dashboard and the logs.
+    last: Mutex<Vec<ShardStatus>>,
 }
 
 impl fmt::Debug for Leader {
@@ -535,6 +547,65 @@ impl Leader {
             lease,
             store,
             tenure: Arc::new(tokio::sync::Mutex::new(Tenure::default())),
+            shards: None,
+        }
+    }
+
+    /// Takes the evidence from sharded ingest ([`crate::shards`]): before each round it leads,
+    /// the latest snapshot of every shard is merged and fed to the controller
+    /// ([`Controller::feed_scoreboard`]), with the merge's `as_of` as the deadman's evidence
+    /// time: a shard that stops publishing makes the data stale (static weights after
+    /// `stale_after`), never silently thinner. A merge that cannot be read feeds nothing, so
+    /// the last one's `as_of` ages the same way.
+    pub fn with_shards(mut self, set: ShardSet) -> Result<Leader, crate::ControllerError> {
+        let policy = self.controller.policy();
+        let base = Scoreboard::new(
+            ScoreboardConfig::from_policy(&policy.steering.rum),
+            &policy.provider_ids(),
+        )?;
+        self.shards = Some(Arc::new(Shards {
+            set,
+            base,
+            last: Mutex::new(Vec::new()),
+        }));
+        Ok(self)
+    }
+
+    /// Each shard as the last merge found it (empty without shards or before the first).
+    pub fn shard_status(&self) -> Vec<ShardStatus> {
+        self.shards
+            .as_ref()
+            .map(|s| {
+                s.last
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone()
+            })
+            .unwrap_or_default()
+    }
+
+    async fn merge_shards(&self, now: Timestamp) {
+        let Some(shards) = &self.shards else { return };
+        match shards.set.read(&shards.base, now).await {
+            Ok(merged) => {
+                for s in &merged.shards {
+                    if let Some(problem) = &s.problem {
+                        tracing::warn!(shard = s.shard, problem = %problem, "a shard's snapshot is not used");
+                    } else if s.published_at.is_none() {
+                        tracing::warn!(
+                            shard = s.shard,
+                            "a shard has published no snapshot: its networks have no evidence"
+                        );
+                    }
+                }
+                *shards.last.lock().unwrap_or_else(PoisonError::into_inner) = merged.shards;
+                if let Err(e) = self.controller.feed_scoreboard(merged.board, merged.as_of) {
+                    tracing::error!(error = %e, "the merged scoreboard does not fit the controller's");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the shards could not be read: the evidence ages until they can");
+            }
         }
     }
 
@@ -607,6 +678,7 @@ impl Leader {
                 Err(e) => return Step::Unavailable(e),
             }
         }
+        self.merge_shards(now).await;
         let gate = Gate {
             lease: &self.lease,
             store: &self.store,

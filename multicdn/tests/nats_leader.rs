@@ -339,3 +339,121 @@ async fn a_leader_paused_past_its_lease_is_refused_when_it_wakes() {
         LeaseState::Follower { .. }
     ));
 }
+
+/// Navigation beacons from German networks (both providers equal) at `at`, only those whose
+/// network is in one of `shards` (of two).
+fn beacons_in(shards: &[u16], at: Timestamp) -> Vec<multicdn::steering::beacon::Received> {
+    use multicdn::steering::beacon::{Beacon, ClientNetwork, NavigationBeacon, Received};
+    let de = Country::new("DE").unwrap();
+    let mut out = Vec::new();
+    for asn in 3_000..3_040u32 {
+        let network = ClientNetwork::new(Some(asn), Some(de));
+        if !shards.contains(&multicdn::shards::shard_of(&network, 2)) {
+            continue;
+        }
+        for (i, cdn) in ["fastly", "cloudflare"].into_iter().enumerate() {
+            for k in 0..10 {
+                out.push(Received {
+                    at,
+                    network,
+                    beacon: Beacon::Navigation(NavigationBeacon::new(
+                        "/",
+                        40.0 + f64::from(k + i as u32),
+                        cdn,
+                        "",
+                        "HIT",
+                    )),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_decides_on_the_merged_shards_and_a_stopped_shard_makes_the_evidence_stale() {
+    use multicdn::shards::{
+        BeaconPublisher, IngestWorker, PublisherConfig, ShardSet, ShardsConfig, WorkerConfig,
+    };
+    use multicdn::steering::engine::Mode;
+    use multicdn::steering::scoreboard::{Scoreboard, ScoreboardConfig};
+    let Some((server, clock, _dns, a, _b)) = pair().await else {
+        return;
+    };
+    let connect = || async { async_nats::connect(server.url()).await.unwrap() };
+    let config = ShardsConfig::new(2);
+    let policy = Policy::load(POLICY).unwrap();
+    let board = Scoreboard::new(
+        ScoreboardConfig::from_policy(&policy.steering.rum),
+        &policy.provider_ids(),
+    )
+    .unwrap();
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let mut workers = Vec::new();
+    for shard in 0..2 {
+        let c = WorkerConfig::new(shard, format!("w{shard}"), config.clone());
+        workers.push(
+            IngestWorker::open(connect().await, c, board.clone(), vec![], shared.clone())
+                .await
+                .unwrap(),
+        );
+    }
+    let publisher = BeaconPublisher::start(
+        connect().await,
+        PublisherConfig::new("r1", config.clone()),
+        shared.clone(),
+    )
+    .await
+    .unwrap();
+    let leader = a
+        .leader
+        .clone()
+        .with_shards(ShardSet::open(connect().await, config).await.unwrap())
+        .unwrap();
+    lead(&a).await;
+
+    // Both shards publish: the round decides on their merged evidence.
+    let fed = beacons_in(&[0, 1], clock.now());
+    for b in &fed {
+        assert!(publisher.offer(b));
+    }
+    assert_eq!(publisher.flush(Duration::from_secs(5)).await.left, 0);
+    let mut applied = 0;
+    for w in &mut workers {
+        for _ in 0..50 {
+            if w.pull(Duration::from_millis(50)).await.unwrap() == 0 && w.board().cells() > 0 {
+                break;
+            }
+        }
+        w.checkpoint().await.unwrap();
+        applied += w.board().quality().stored;
+    }
+    assert_eq!(applied, fed.len() as u64, "every beacon in a shard");
+    let Step::Led(r) = leader.step(clock.now()).await else {
+        panic!("a leader's round")
+    };
+    assert_eq!(r.record.mode, Mode::Steering, "{:?}", r.record.decided);
+    assert_eq!(leader.shard_status().len(), 2);
+    assert!(leader.shard_status().iter().all(|s| s.cells > 0));
+
+    // Twenty minutes on, shard 1's worker has stopped; shard 0's goes on with fresh beacons.
+    clock.advance(Duration::from_secs(20 * 60));
+    for b in beacons_in(&[0], clock.now()) {
+        assert!(publisher.offer(&b));
+    }
+    assert_eq!(publisher.flush(Duration::from_secs(5)).await.left, 0);
+    let w0 = &mut workers[0];
+    for _ in 0..20 {
+        w0.pull(Duration::from_millis(50)).await.unwrap();
+    }
+    w0.checkpoint().await.unwrap();
+    let Step::Led(r) = leader.step(clock.now()).await else {
+        panic!("a leader's round")
+    };
+    assert_eq!(
+        r.record.mode,
+        Mode::Deadman,
+        "shard 1 stopped publishing 20 minutes ago (stale_after 15m): {:?}",
+        leader.shard_status()
+    );
+}
