@@ -44,6 +44,9 @@
 //! that refuses a deposed leader's writes; the loop's state and journal live there, so a
 //! standby that takes over goes on from the step a failover had reached (`multicdn::leader`).
 //! Give each a `--name`; `--lease-ttl` bounds how long a dead leader's traffic goes unsteered.
+//! `--shards N` adds sharded ingest: every process's receiver publishes the beacons it accepts
+//! to the shards' stream, `--ingest 0,1` runs those shards' workers in the process, and the
+//! leader decides on the merge of every shard's snapshot (`multicdn::shards`).
 //!
 //! Stops on Ctrl-C (or after `--run-for`), finishing the round in flight. Exit codes: 0
 //! stopped cleanly; 2 it could not start (policy, listener, credentials, vendor).
@@ -179,10 +182,23 @@ struct Cli {
     /// How long a leader's tenure lasts without renewal.
     #[arg(long, default_value = "15s", value_parser = common::parse_duration, requires = "nats")]
     lease_ttl: Duration,
+    /// Sharded ingest over NATS with this many shards: accepted beacons are published to the
+    /// shards' stream, and the leader decides on the merge of every shard's snapshot.
+    #[arg(long, requires = "nats")]
+    shards: Option<u16>,
+    /// Run the ingest workers of these shards in this process as well (comma-separated).
+    #[arg(long, value_delimiter = ',', requires = "shards")]
+    ingest: Vec<u16>,
+}
+
+/// Resolves once `rx` says stop (owned, for spawned tasks).
+async fn stopped_owned(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
 }
 
 /// The lease and the shared state of `--nats`.
 struct Cluster {
+    client: async_nats::Client,
     lease: multicdn::lease::NatsLease,
     store: multicdn::leader::SharedStore,
 }
@@ -205,10 +221,14 @@ async fn cluster(cli: &Cli) -> Result<Option<Cluster>, Fail> {
     let lease = NatsLease::open(client.clone(), LeaseConfig::new(name, cli.lease_ttl))
         .await
         .map_err(|e| fail("the controller lease")(e.to_string()))?;
-    let store = SharedStore::open(client, StoreConfig::default())
+    let store = SharedStore::open(client.clone(), StoreConfig::default())
         .await
         .map_err(|e| fail("the shared controller state")(e.to_string()))?;
-    Ok(Some(Cluster { lease, store }))
+    Ok(Some(Cluster {
+        client,
+        lease,
+        store,
+    }))
 }
 
 #[tokio::main]
@@ -532,6 +552,48 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
     } else {
         ServeLimits::default()
     };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shards_config = cli.shards.map(multicdn::shards::ShardsConfig::new);
+    let mut workers = Vec::new();
+    let mut publisher_handle = None;
+    if let (Some(c), Some(sc)) = (&cluster, &shards_config) {
+        let holder = c.lease.config().holder.clone();
+        let publisher = multicdn::shards::BeaconPublisher::start(
+            c.client.clone(),
+            multicdn::shards::PublisherConfig::new(format!("receiver-{holder}"), sc.clone()),
+            controller.clock(),
+        )
+        .await
+        .map_err(|e| fail("the shard publisher")(e.to_string()))?;
+        publisher_handle = Some(publisher.clone());
+        config = config.publisher(publisher);
+        for &shard in &cli.ingest {
+            let board = multicdn::steering::scoreboard::Scoreboard::new(
+                multicdn::steering::scoreboard::ScoreboardConfig::from_policy(&policy.steering.rum),
+                &policy.provider_ids(),
+            )
+            .map_err(|e| fail("scoreboard")(e.to_string()))?;
+            let probe_order = policy
+                .provider_ids()
+                .iter()
+                .map(|p| p.as_str().to_owned())
+                .collect();
+            let worker = multicdn::shards::IngestWorker::open(
+                c.client.clone(),
+                multicdn::shards::WorkerConfig::new(
+                    shard,
+                    format!("ingest-{holder}-{shard}"),
+                    sc.clone(),
+                ),
+                board,
+                probe_order,
+                controller.clock(),
+            )
+            .await
+            .map_err(|e| fail(&format!("the ingest worker of shard {shard}"))(e.to_string()))?;
+            workers.push(tokio::spawn(worker.run(stopped_owned(stop_rx.clone()))));
+        }
+    }
     let service = Service::new(controller, config);
 
     common::out!("multicdn serve: {}", policy_path.display());
@@ -556,7 +618,6 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
         }
     }
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -570,8 +631,21 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
                     c.lease.config().holder,
                     cli.nats.as_deref().unwrap_or_default()
                 );
-                let leader =
+                let set = match &shards_config {
+                    Some(sc) => Some(
+                        multicdn::shards::ShardSet::open(c.client.clone(), sc.clone())
+                            .await
+                            .map_err(|e| fail("the shards' snapshots")(e.to_string()))?,
+                    ),
+                    None => None,
+                };
+                let mut leader =
                     multicdn::leader::Leader::new(s.controller().clone(), c.lease, c.store);
+                if let Some(set) = set {
+                    leader = leader
+                        .with_shards(set)
+                        .map_err(|e| fail("the shards' snapshots")(e.to_string()))?;
+                }
                 tokio::spawn(async move { s.run_led(&leader, stopped(rx)).await })
             }
             None => tokio::spawn(async move { s.run(stopped(rx)).await }),
@@ -615,8 +689,25 @@ async fn run(cli: Cli) -> Result<u8, Fail> {
         u.abort();
     }
     let _ = rounds.await;
+    for w in workers {
+        match w.await {
+            Ok(Ok(stats)) => common::out!("ingest worker stopped: {stats:?}"),
+            Ok(Err(e)) => common::out!("an ingest worker stopped with an error: {e}"),
+            Err(e) => common::out!("an ingest worker failed: {e}"),
+        }
+    }
     let _ = admin.await;
     let served = public_server.await;
+    if let Some(p) = publisher_handle {
+        // What the receiver accepted goes to the shards before the process ends.
+        let report = p.close(Duration::from_secs(5)).await;
+        if report.left > 0 {
+            common::out!(
+                "{} beacons could not be published to the shards before stopping",
+                report.left
+            );
+        }
+    }
     drop(lab);
     common::out!(
         "served {} navigation and {} probe beacons over {} rounds",
