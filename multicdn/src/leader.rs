@@ -11,7 +11,7 @@
 //!    its plan and the term go into the store's head, compared-and-set on the head's revision
 //!    after the lease has been checked on the server. A deposed leader's intent fails there,
 //!    and the round applies nothing, journals nothing and changes nothing
-//!    ([`Deposed`](crate::Deposed)).
+//!    ([`crate::Deposed`]).
 //! 2. **Apply**, through the fenced actuators (each write re-checks the lease).
 //! 3. **Commit.** The state after the round (engine memory, plan, ledger, purges owed,
 //!    operator switches, the round's record with its term) as an object, then the head
