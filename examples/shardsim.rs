@@ -46,6 +46,8 @@ use multicdn::shards::shard_of;
 use multicdn::steering::beacon::ClientNetwork;
 use multicdn::steering::scoreboard::{Metric, Sample, Scoreboard, ScoreboardConfig};
 use multicdn_core::clock::Stopwatch;
+use rand::rngs::SmallRng;
+use rand::{Rng as _, SeedableRng};
 
 const POLICY: &str = include_str!("policy.yaml");
 
@@ -83,25 +85,11 @@ struct Cli {
     max_bucket_samples: u64,
 }
 
-/// A small deterministic generator (SplitMix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    /// A standard normal draw (Box-Muller).
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.unit(), self.unit());
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
+/// A standard normal draw (Box-Muller).
+fn normal(rng: &mut SmallRng) -> f64 {
+    let u: f64 = 1.0 - rng.random::<f64>();
+    let v: f64 = rng.random();
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
 }
 
 struct Row {
@@ -223,7 +211,7 @@ fn simulate(
     let harmonic: f64 = (1..=networks).map(|r| f64::from(r).powf(-cli.zipf)).sum();
     let window_ms = now.as_millis() - start.as_millis();
     let per_bucket_ms = window_ms / buckets;
-    let mut rng = Rng(u64::from(networks) * 7919 + u64::from(shards));
+    let mut rng = SmallRng::seed_from_u64(u64::from(networks) * 7919 + u64::from(shards));
     for rank in 1..=networks {
         let country = Country::new(COUNTRIES[(rank as usize * 31) % COUNTRIES.len()])
             .map_err(|e| e.to_string())?;
@@ -234,18 +222,18 @@ fn simulate(
         // over one bucket, split over the providers (the probe on a small sample).
         let per_bucket =
             cli.beacons_per_second * share * (per_bucket_ms as f64 / 1e3) / providers.len() as f64;
-        let base = 30.0 + 120.0 * rng.unit();
+        let base = 30.0 + 120.0 * rng.random::<f64>();
         for (m, metric) in [Metric::Ttfb, Metric::Probe].into_iter().enumerate() {
             let fraction = if m == 0 { 1.0 } else { 0.02 };
             let n = ((per_bucket * fraction).round() as u64).clamp(1, cli.max_bucket_samples);
             for slot in &slots {
-                let typical = base * (0.15 * rng.normal()).exp();
+                let typical = base * (0.15 * normal(&mut rng)).exp();
                 for b in 0..buckets {
                     for k in 0..n {
                         let at = Timestamp::from_millis(
                             start.as_millis() + b * per_bucket_ms + (k * per_bucket_ms) / n,
                         );
-                        let value = typical * (0.5 * rng.normal()).exp();
+                        let value = typical * (0.5 * normal(&mut rng)).exp();
                         board.insert(&Sample {
                             at,
                             metric,

@@ -153,6 +153,17 @@ struct Head {
 
 const HEAD: &str = "head";
 
+/// An object's bytes, whole.
+pub(crate) async fn read_object(objects: &ObjectStore, name: &str) -> Result<Vec<u8>, String> {
+    let mut object = objects.get(name).await.map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    object
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
 fn journal_name(round: u64) -> String {
     format!("journal-{round:012}")
 }
@@ -268,16 +279,7 @@ impl SharedStore {
 
     async fn get_object(&self, name: &str) -> Result<Vec<u8>, SharedStoreError> {
         let what = format!("reading {}/{name}", self.config.objects);
-        let read = async {
-            let mut object = self.objects.get(name).await.map_err(|e| e.to_string())?;
-            let mut bytes = Vec::new();
-            object
-                .read_to_end(&mut bytes)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(bytes)
-        };
-        answer(self.config.timeout, &what, read).await
+        answer(self.config.timeout, &what, read_object(&self.objects, name)).await
     }
 
     /// A round's journal record; `None` when the store has none for it.

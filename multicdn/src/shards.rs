@@ -73,7 +73,6 @@ use multicdn_core::{Clock, Timestamp};
 use multicdn_steering::beacon::{Beacon, ClientNetwork, Received};
 use multicdn_steering::scoreboard::Scoreboard;
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncReadExt;
 use tokio::sync::{Notify, mpsc};
 
 /// The FNV-1a 64-bit offset basis and prime.
@@ -391,13 +390,7 @@ impl Snapshots {
             if info.deleted {
                 return Err(format!("{name} was retired by a newer snapshot"));
             }
-            let mut object = self.objects.get(name).await.map_err(|e| e.to_string())?;
-            let mut bytes = Vec::new();
-            object
-                .read_to_end(&mut bytes)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(bytes)
+            crate::leader::read_object(&self.objects, name).await
         };
         answer(self.bulk_timeout, "reading a shard scoreboard", name, read).await
     }
