@@ -36,20 +36,141 @@ fn serve_binary() -> PathBuf {
         .join(format!("serve{}", std::env::consts::EXE_SUFFIX))
 }
 
-/// The example policy with a failover whose second step comes 8 s after the first.
-fn policy(dir: &Path) -> PathBuf {
+/// The example policy with a failover whose second step comes 8 s after the first, on `zone`.
+fn policy(dir: &Path, zone: &str) -> PathBuf {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/policy.yaml"))
         .unwrap()
-        .replace("    interval: 90s", "    interval: 8s");
+        .replace("    interval: 90s", "    interval: 8s")
+        .replace("record: www.example.com", &format!("record: www.{zone}"))
+        .replace("zone: example.com", &format!("zone: {zone}"));
     assert!(text.contains("interval: 8s"), "the failover interval moved");
     let path = dir.join("policy.yaml");
     std::fs::write(&path, text).unwrap();
     path
 }
 
-struct World {
+/// The DNS both controllers write to.
+enum Dns {
+    /// The NS1 emulator (test-support), which counts record writes.
+    Ns1(Ns1Api),
+    /// Route 53 in moto, whose request recorder counts change batches.
+    Route53 { endpoint: String, zone_id: String },
+}
+
+impl Dns {
+    fn args(&self) -> Vec<String> {
+        match self {
+            Dns::Ns1(api) => ["--dns", "ns1", "--dns-endpoint", &api.base_url()]
+                .map(str::to_owned)
+                .to_vec(),
+            Dns::Route53 { endpoint, zone_id } => [
+                "--dns",
+                "route53",
+                "--dns-endpoint",
+                endpoint,
+                "--zone-id",
+                zone_id,
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        }
+    }
+
+    fn actuator(&self) -> &'static str {
+        match self {
+            Dns::Ns1(_) => "ns1",
+            Dns::Route53 { .. } => "route53",
+        }
+    }
+
+    /// Writes of a plan the vendor took since the test began.
+    async fn writes(&self) -> u64 {
+        match self {
+            Dns::Ns1(api) => api.writes(),
+            Dns::Route53 { endpoint, zone_id } => {
+                let text = reqwest::get(format!("{endpoint}/moto-api/recorder/download-recording"))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+                text.lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                    .filter(|r| r["method"] == "POST")
+                    .filter(|r| {
+                        r["url"].as_str().is_some_and(|u| {
+                            u.contains(zone_id.as_str())
+                                && u.trim_end_matches('/').ends_with("/rrset")
+                        })
+                    })
+                    .count() as u64
+            }
+        }
+    }
+}
+
+/// Route 53 in moto (`MULTICDN_MOTO_ENDPOINT`, started by `.ci/run`): a zone of its own made by
+/// the `steer` tool, then moto's request recorder started. `None` (skipped) without moto
+/// outside CI.
+async fn route53(dir: &Path, zone: &str) -> Option<Dns> {
+    let endpoint = match std::env::var("MULTICDN_MOTO_ENDPOINT") {
+        Ok(e) if !e.is_empty() => e,
+        _ => {
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false"),
+                "MULTICDN_MOTO_ENDPOINT is not set in CI: .ci/run must start moto"
+            );
+            use std::io::Write as _;
+            let _ = std::io::stderr().write_all(b"skipped: MULTICDN_MOTO_ENDPOINT not set\n");
+            return None;
+        }
+    };
+    let steer = serve_binary().with_file_name(format!("steer{}", std::env::consts::EXE_SUFFIX));
+    let out = Command::new(steer)
+        .args(["apply", "--policy", policy(dir, zone).to_str().unwrap()])
+        .args([
+            "--vendor",
+            "route53",
+            "--endpoint",
+            &endpoint,
+            "--create-zone",
+        ])
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env_remove("AWS_SESSION_TOKEN")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "steer --create-zone: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let zone_id = text
+        .lines()
+        .find_map(|l| l.strip_prefix("created hosted zone "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no zone id in {text}"))
+        .to_owned();
+    let client = reqwest::Client::new();
+    for step in ["reset-recording", "start-recording"] {
+        let r = client
+            .post(format!("{endpoint}/moto-api/recorder/{step}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_success(),
+            "moto recorder {step}: {}",
+            r.status()
+        );
+    }
+    Some(Dns::Route53 { endpoint, zone_id })
+}
+
+struct World<'a> {
     nats: NatsServer,
-    ns1: Ns1Api,
+    dns: &'a Dns,
     purge: PurgeApi,
     fastly: EdgeServer,
     cloudflare: EdgeServer,
@@ -148,14 +269,14 @@ impl Process {
     }
 }
 
-impl World {
+impl World<'_> {
     fn start(&self, name: &str) -> Process {
         let log = self.dir.path().join(format!("{name}.log"));
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(serve_binary())
             .args(["--policy", self.policy.to_str().unwrap()])
             .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
-            .args(["--dns", "ns1", "--dns-endpoint", &self.ns1.base_url()])
+            .args(self.dns.args())
             .args(["--fastly-api", &self.purge.fastly_base()])
             .args(["--cloudflare-api", &self.purge.cloudflare_base()])
             .args(["--edge", &format!("fastly={}", self.fastly.base_url())])
@@ -166,6 +287,9 @@ impl World {
             .args(["--nats", &self.nats.url(), "--name", name])
             .args(["--lease-ttl", TTL, "--interval", "300ms"])
             .env("NS1_API_KEY", KEY)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env_remove("AWS_SESSION_TOKEN")
             .env("FASTLY_API_TOKEN", "fastly-token")
             .env("CLOUDFLARE_API_TOKEN", "cloudflare-token")
             .env("RUST_LOG", "info")
@@ -229,11 +353,11 @@ fn europe_fastly(plan: &SteeringPlan) -> u32 {
         .get(&"fastly".parse().unwrap())
 }
 
-/// Rounds whose plan NS1 was written with.
-fn ns1_writes(j: &[RoundRecord]) -> u64 {
+/// Rounds whose plan `actuator` was written with.
+fn journaled_writes(j: &[RoundRecord], actuator: &str) -> u64 {
     j.iter()
         .flat_map(|r| &r.applied)
-        .filter(|a| a.actuator == "ns1")
+        .filter(|a| a.actuator == actuator)
         .filter(|a| matches!(a.outcome, ApplyOutcome::Applied { changes, .. } if changes > 0))
         .count() as u64
 }
@@ -251,17 +375,46 @@ fn assert_journal_whole(j: &[RoundRecord]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_of_two_processes_steers_and_a_killed_or_paused_leader_hands_over_cleanly() {
+async fn on_ns1_one_of_two_processes_steers_and_a_killed_or_paused_leader_hands_over_cleanly() {
     let Some(nats) = NatsServer::start_or_skip("the cluster test").unwrap() else {
         return;
     };
     let ns1 = Ns1Api::start(KEY).await.unwrap();
     ns1.create_zone("example.com");
     let dir = tempfile::tempdir().unwrap();
+    let policy = policy(dir.path(), "example.com");
+    handover(nats, Dns::Ns1(ns1), dir, policy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_route53_one_of_two_processes_steers_and_a_killed_or_paused_leader_hands_over_cleanly() {
+    let Some(nats) = NatsServer::start_or_skip("the cluster test").unwrap() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let zone = format!("cluster-{}.example.com", std::process::id());
+    let Some(dns) = route53(dir.path(), &zone).await else {
+        return;
+    };
+    let policy = policy(dir.path(), &zone);
+    handover(nats, dns, dir, policy).await;
+}
+
+async fn handover(nats: NatsServer, dns: Dns, dir: tempfile::TempDir, policy: PathBuf) {
+    handover_on(nats, &dns, dir, policy).await;
+    if let Dns::Route53 { endpoint, .. } = &dns {
+        let _ = reqwest::Client::new()
+            .post(format!("{endpoint}/moto-api/recorder/stop-recording"))
+            .send()
+            .await;
+    }
+}
+
+async fn handover_on(nats: NatsServer, dns: &Dns, dir: tempfile::TempDir, policy: PathBuf) {
     let world = World {
-        policy: policy(dir.path()),
+        policy,
         nats,
-        ns1,
+        dns,
         purge: PurgeApi::start().await.unwrap(),
         fastly: EdgeServer::start("fastly", "LHR", "healthy-v3")
             .await
@@ -336,8 +489,8 @@ async fn one_of_two_processes_steers_and_a_killed_or_paused_leader_hands_over_cl
     );
     assert!(first_b.round <= killed_round + 2);
     assert_eq!(
-        world.ns1.writes(),
-        ns1_writes(&j),
+        world.dns.writes().await,
+        journaled_writes(&j, world.dns.actuator()),
         "each plan change written once"
     );
 
@@ -376,8 +529,8 @@ async fn one_of_two_processes_steers_and_a_killed_or_paused_leader_hands_over_cl
         "a round by the paused leader after its successor's first"
     );
     assert_eq!(
-        world.ns1.writes(),
-        ns1_writes(&j),
+        world.dns.writes().await,
+        journaled_writes(&j, world.dns.actuator()),
         "a write NS1 got that no journaled round made"
     );
     let log = b.log();
