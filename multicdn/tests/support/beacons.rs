@@ -54,15 +54,15 @@ pub(crate) fn base() -> Scoreboard {
     Scoreboard::new(ScoreboardConfig::default(), &providers()).unwrap()
 }
 
-/// The tests' beacons begin 51 minutes before the first call (the workers run on the system
-/// clock and drop buckets past the retention before each snapshot, so the beacons must be
-/// recent), the same instant for every call in a test binary.
+/// The tests' beacons begin 40 minutes before the first call (the workers run on the system
+/// clock and keep only the last three 15-minute buckets and the open one, so the beacons must
+/// be recent), the same instant for every call in a test binary.
 pub(crate) fn start() -> Timestamp {
     static START: std::sync::OnceLock<Timestamp> = std::sync::OnceLock::new();
     *START.get_or_init(|| {
         use multicdn::core::Clock as _;
         let now = multicdn::core::SystemClock.now();
-        Timestamp::from_millis(now.as_millis().saturating_sub(51 * 60 * 1000))
+        Timestamp::from_millis(now.as_millis().saturating_sub(40 * 60 * 1000))
     })
 }
 
