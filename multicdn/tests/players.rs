@@ -1030,7 +1030,7 @@ async fn quality_cap(run: &Run, low: (u32, u32), high: (u32, u32)) {
                 json!({"wait_fn": both(&format!("s.height === {}", low.1), "t1"), "timeout_ms": 20000, "soft": true}),
                 json!({"eval": first_after("t1", &format!("s.height === {}", low.1))}),
                 json!({"eval": "control('cap-lift').then((t) => { window.t2 = t; return t; })"}),
-                // ABR climbs back at its own pace (dash.js's BOLA has taken up to 18 s here).
+                // ABR climbs back at its own pace (dash.js's throughput rule has taken up to 18 s here).
                 json!({"wait_fn": both(&format!("s.height === {}", high.1), "t2"), "timeout_ms": 30000, "soft": true}),
                 json!({"eval": first_after("t2", &format!("s.height === {}", high.1))}),
                 json!({"eval": "[player.hls.cap, player.hls.mb]"}),

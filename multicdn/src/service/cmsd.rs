@@ -8,7 +8,10 @@
 //! - **dash.js** acts on `mb` only with `streaming.cmsd.enabled` and
 //!   `streaming.cmsd.abr.applyMb` set, and keeps the last `mb` it saw until it sees another:
 //!   a cap is lifted by sending the top rung's `mb` ([`QualityCap::lift`] does), never by
-//!   sending nothing.
+//!   sending nothing. It applies `mb` only where its throughput rule decides: in the default
+//!   dynamic strategy BOLA takes over once the buffer is up, with the representations it saw
+//!   when it started, and ignores a cap that arrives meanwhile; run the throughput rule alone
+//!   (`streaming.abr.rules.bolaRule.active: false`) where caps must bite.
 //! - **hls.js** ignores CMSD; the shipped snippet `cmsd-hls.js` reads the header on each
 //!   fragment and sets `hls.autoLevelCapping` to the highest level that fits (and lifts the
 //!   capping when the header's `mb` reaches the top level).
