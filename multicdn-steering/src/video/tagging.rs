@@ -985,7 +985,7 @@ pub fn tag_dash(mpd: &str, manifest_url: &Url, options: &TagOptions) -> Result<S
             }
             Event::Text(text) => {
                 let content = text.xml10_content();
-                if depth == 0 && !content.trim().is_empty() {
+                if depth == 0 && !xml_blank(&content) {
                     let leading = text.len() - text.trim_start().len();
                     return Err(TagError::Xml {
                         line: line_of(mpd, (before + leading) as u64),
@@ -995,7 +995,7 @@ pub fn tag_dash(mpd: &str, manifest_url: &Url, options: &TagOptions) -> Result<S
                         ),
                     });
                 }
-                if depth == 1 && separator.is_none() && content.trim().is_empty() {
+                if depth == 1 && separator.is_none() && xml_blank(&content) {
                     separator = Some(line_separator(&content));
                 }
                 if let Some(base) = scan.reading_base.as_mut() {
@@ -1151,6 +1151,14 @@ impl Scan {
             Child::Other => self.seen_other = true,
         }
     }
+}
+
+/// XML's whitespace (space, tab, line feed, carriage return): the only characters the
+/// removal of an old element takes with it, so the only ones an indentation may be made of
+/// (a vertical tab, whitespace to `str::trim`, would be left behind and pile up).
+fn xml_blank(text: &str) -> bool {
+    text.bytes()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
 }
 
 /// What goes before each inserted element: the last line break and indentation of the

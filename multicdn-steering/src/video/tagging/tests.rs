@@ -592,6 +592,35 @@ fn replaces_an_existing_base_url_and_steering() {
     );
 }
 
+/// Found by the fuzzer: indentation of characters `str::trim` calls whitespace and XML does
+/// not (a vertical tab). The old elements' removal takes only XML whitespace with it, so the
+/// separator must be XML whitespace too, or every tagging leaves one more blank line.
+#[test]
+fn indentation_that_is_not_xml_whitespace_does_not_pile_up() {
+    let mpd = "<MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\">\n \u{b}\u{b}<Period/>\n</MPD>";
+    let tagged = tag_dash(mpd, &mpd_url(), &dash_options()).unwrap();
+    assert!(
+        tagged.starts_with(
+            "<MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\"><BaseURL serviceLocation=\"cdn-a\">"
+        ),
+        "{tagged}"
+    );
+    let again = tag_dash(&tagged, &mpd_url(), &dash_options()).unwrap();
+    assert_eq!(again, tagged);
+    // XML whitespace indents as before.
+    let spaced = tag_dash(&mpd.replace('\u{b}', " "), &mpd_url(), &dash_options()).unwrap();
+    assert!(
+        spaced.contains(">\n   <BaseURL serviceLocation=\"cdn-a\">"),
+        "{spaced}"
+    );
+    // Outside the root it is text, not whitespace.
+    let outside = format!("{mpd}\u{b}");
+    assert!(matches!(
+        tag_dash(&outside, &mpd_url(), &dash_options()),
+        Err(TagError::Xml { .. })
+    ));
+}
+
 #[test]
 fn a_relative_base_url_resolves_against_the_manifest() {
     let mpd =
