@@ -1069,7 +1069,13 @@ pub fn tag_dash(mpd: &str, manifest_url: &Url, options: &TagOptions) -> Result<S
         .and_then(|id| options.pathway(id))
         .map(|p| &p.base);
 
-    let separator = separator.unwrap_or_default();
+    // The whitespace before the first element replaced, else before the first child: the
+    // elements replaced go with the whitespace before them, so a separator read anywhere
+    // else could change from one tagging to the next.
+    let separator = match scan.first_gap {
+        Some((from, start)) => line_separator(mpd.get(from..start).unwrap_or_default()),
+        None => separator.unwrap_or_default(),
+    };
     let insertion = dash_elements(&prefix, &separator, &root, source, options)?;
     let mut edits: Vec<(usize, usize, String)> = scan
         .removals
@@ -1121,6 +1127,9 @@ struct Scan {
     seen_other: bool,
     /// The MPD-level `BaseURL` and `ContentSteering` elements, with the whitespace before.
     removals: Vec<(usize, usize)>,
+    /// The whitespace before the first of them: the separator the new elements get, so that
+    /// tagging a tagged MPD finds the separator it was tagged with.
+    first_gap: Option<(usize, usize)>,
     /// The first MPD-level `BaseURL`, once it has ended.
     first_base: Option<FirstBase>,
     /// The first MPD-level `BaseURL` while its text is being read.
@@ -1141,6 +1150,7 @@ impl Scan {
                     from -= 1;
                 }
                 self.removals.push((from, end));
+                self.first_gap.get_or_insert((from, start));
                 if kind == Child::BaseUrl
                     && self.first_base.is_none()
                     && let Some(base) = self.reading_base.take()

@@ -621,6 +621,23 @@ fn indentation_that_is_not_xml_whitespace_does_not_pile_up() {
     ));
 }
 
+/// Found by the fuzzer: the whitespace before the first child went with a `BaseURL` the
+/// tagging replaced, so retagging read its separator elsewhere. The separator is the
+/// whitespace before the first element replaced, which a tagged MPD keeps.
+#[test]
+fn the_separator_survives_the_removal_of_the_element_it_was_read_before() {
+    let mpd = "<MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\">\n  <BaseURL/>text\n\t<ProgramInformation/>\n  <Period/>\n</MPD>";
+    let tagged = tag_dash(mpd, &mpd_url(), &dash_options()).unwrap();
+    assert!(
+        tagged.contains("<ProgramInformation/>\n  <BaseURL serviceLocation=\"cdn-a\">"),
+        "{tagged}"
+    );
+    assert_eq!(
+        tag_dash(&tagged, &mpd_url(), &dash_options()).unwrap(),
+        tagged
+    );
+}
+
 #[test]
 fn a_relative_base_url_resolves_against_the_manifest() {
     let mpd =
