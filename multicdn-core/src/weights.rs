@@ -102,6 +102,16 @@ impl Weights {
 
     /// The share of one provider in basis points (0 when it is not listed).
     pub fn get(&self, provider: &ProviderId) -> u32 {
+        // A plan lists a handful of providers: a scan comparing lengths before bytes (ids
+        // cloned from one policy share their text, so the bytes are rarely read) beats a
+        // binary search comparing bytes.
+        if self.shares.len() <= 8 {
+            return self
+                .shares
+                .iter()
+                .find(|(id, _)| id == provider)
+                .map_or(0, |(_, bp)| *bp);
+        }
         self.shares
             .binary_search_by(|(id, _)| id.cmp(provider))
             .map(|i| self.shares[i].1)

@@ -495,12 +495,12 @@ fn fallback(
         }
     }
     let mut state = inputs.state.clone();
-    for m in state.cohorts.values_mut() {
+    state.cohorts.update_all(|m| {
         // A fallback ends any failover bookkeeping: the static weights are the new start.
         m.before_failover = None;
         m.recovering_to = None;
         m.before_drill = None;
-    }
+    });
     state.prune(now);
     Decision {
         plan: static_plan,
@@ -523,6 +523,8 @@ struct Work<'a> {
     region: bool,
     /// Its memory from the last round, until this round changes it (`own`).
     old: &'a CohortMemory,
+    /// The same, shared: what the next round gets when this one leaves it as it was.
+    kept: Option<&'a Arc<CohortMemory>>,
     own: Option<Box<CohortMemory>>,
     /// The region it falls back to (written into its memory with the plan).
     parent: Option<&'a CohortId>,
@@ -660,6 +662,30 @@ fn find_hashed(hashes: &[(u64, usize)], work: &[Work<'_>], id: &CohortId) -> Opt
         .find(|i| same_cohort(work[*i].id, id))
 }
 
+/// A cohort's memory from the last round (its entry, read in plan order), shared, and a pruned
+/// copy when it has moves older than the hour.
+fn memory_of(
+    entry: Option<&state::Entry>,
+    now: Timestamp,
+) -> (
+    &CohortMemory,
+    Option<&Arc<CohortMemory>>,
+    Option<Box<CohortMemory>>,
+) {
+    let kept = entry.and_then(|e| e.memory.as_ref());
+    let mem = kept.map_or(&IDLE, |m| &**m);
+    let own = mem
+        .recent
+        .iter()
+        .any(|(at, _)| now.since(*at) >= state::HOUR)
+        .then(|| {
+            let mut mem = Box::new(mem.clone());
+            mem.prune(now);
+            mem
+        });
+    (mem, kept, own)
+}
+
 fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Decision {
     let now = ctx.now;
     let old = inputs.state;
@@ -687,27 +713,13 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             current.insert(&c.cohort, c);
         }
     }
-    // A cohort's memory from the last round, and a pruned copy when it has moves older
-    // than the hour.
-    let memory_of = |id: &CohortId| -> (&CohortMemory, Option<Box<CohortMemory>>) {
-        let mem = old.cohorts.get(id).unwrap_or(&IDLE);
-        let own = mem
-            .recent
-            .iter()
-            .any(|(at, _)| now.since(*at) >= state::HOUR)
-            .then(|| {
-                let mut mem = Box::new(mem.clone());
-                mem.prune(now);
-                mem
-            });
-        (mem, own)
-    };
+    let memory_of = |entry| memory_of(entry, now);
 
     // The cohorts of this round: finer ones first (those in force, in plan order, then new
     // ones in input order, then pinned networks), then the regions in policy order.
     let mut work: Vec<Work<'_>> =
         Vec::with_capacity(inputs.cohorts.len() + inputs.current.cohorts.len());
-    let mut parents = state::ParentLookup::new(old);
+    let mut lookup = state::Lookup::new(&old.cohorts);
     let region_count = static_plan.cohorts.len();
     // The finer cohorts in force, found again by the hash of their id (sorted, so that no
     // table is built for the common case: inputs in plan order).
@@ -715,7 +727,8 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     for c in &inputs.current.cohorts {
         if region_of(&c.cohort).is_none() {
             hashes.push((id_hash(&c.cohort), work.len()));
-            let (old, own) = memory_of(&c.cohort);
+            let entry = lookup.get(&c.cohort);
+            let (old, kept, own) = memory_of(entry);
             work.push(Work {
                 id: &c.cohort,
                 networks: &c.networks,
@@ -723,8 +736,9 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 share: 0.0,
                 w: Cow::Borrowed(&c.weights),
                 region: false,
-                parent: parents.get(&c.cohort),
+                parent: entry.and_then(|e| e.parent.as_ref()),
                 old,
+                kept,
                 own,
                 moved: false,
                 unfloored: false,
@@ -790,7 +804,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                         continue;
                     };
                     index.insert(&i.cohort, work.len());
-                    let (old, own) = memory_of(&i.cohort);
+                    let (old, kept, own) = memory_of(lookup.get(&i.cohort));
                     work.push(Work {
                         id: &i.cohort,
                         networks: &i.networks,
@@ -799,6 +813,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                         w: Cow::Borrowed(start),
                         region: false,
                         old,
+                        kept,
                         own,
                         parent: None,
                         moved: false,
@@ -833,7 +848,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 .map(|c| &c.weights)
                 .or_else(|| region_of(parent).map(|r| &static_plan.cohorts[r].weights));
             if let Some(start) = start {
-                let (old, own) = memory_of(id);
+                let (old, kept, own) = memory_of(lookup.get(id));
                 work.push(Work {
                     id,
                     networks,
@@ -842,6 +857,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                     w: Cow::Borrowed(start),
                     region: false,
                     old,
+                    kept,
                     own,
                     parent: Some(parent),
                     moved: false,
@@ -855,7 +871,8 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             .get(&c.cohort)
             .map_or(&c.weights, |cur| &cur.weights);
         let input = region_inputs[r];
-        let (old, own) = memory_of(&c.cohort);
+        let entry = lookup.get(&c.cohort);
+        let (old, kept, own) = memory_of(entry);
         work.push(Work {
             id: &c.cohort,
             networks: &c.networks,
@@ -863,8 +880,9 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             share: input.map_or(0.0, |i| i.share),
             w: Cow::Borrowed(w),
             region: true,
-            parent: parents.get(&c.cohort),
+            parent: entry.and_then(|e| e.parent.as_ref()),
             old,
+            kept,
             own,
             moved: false,
             unfloored: false,
@@ -875,7 +893,6 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
     let mut journal: Vec<JournalEntry> = Vec::new();
     let mut proposals: Vec<Proposal<'_>> = Vec::new();
     let mut ranked: Vec<Ranked> = Vec::new();
-    let mut moved_cohorts = 0;
     for (wi, item) in work.iter_mut().enumerate() {
         // 1. Health failover.
         health(ctx, item, &mut journal);
@@ -1153,7 +1170,6 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         }
         journal.push(entry);
         item.moved = true;
-        moved_cohorts += 1;
     }
 
     // 6. Floors that the weights in force did not meet (after a recovery, a hand edit).
@@ -1207,9 +1223,7 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
         .map(|i| i.w.as_ref().clone())
         .collect();
     let mut cohorts = Vec::with_capacity(work.len());
-    let mut memory = state::CohortMap::default();
-    memory.reserve(moved_cohorts + old.cohorts.len());
-    let mut parents = Vec::with_capacity(work.len() - region_count);
+    let mut memory = state::CohortMemories::with_capacity(work.len());
     for item in work {
         if !item.region && item.input.is_none() {
             let parent_w = item.parent.and_then(&region_of).map(|r| &region_w[r]);
@@ -1219,18 +1233,25 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
                 continue;
             }
         }
-        // Finer cohorts keep their parent region, for the rounds their data is missing.
+        // Finer cohorts keep their parent region, for the rounds their data is missing; a
+        // memory this round left as it was is shared, not copied.
         let idle = item.mem().is_idle();
-        if (!idle || !item.region)
-            && let Some(parent) = item.parent
-        {
-            parents.push((item.id.clone(), parent.clone()));
-        }
-        if !idle {
-            memory.insert(
-                item.id.clone(),
-                item.own.map_or_else(|| item.old.clone(), |b| *b),
-            );
+        let parent = item.parent.filter(|_| !idle || !item.region).cloned();
+        if !idle || parent.is_some() {
+            let kept = if idle {
+                None
+            } else {
+                Some(match (item.own, item.kept) {
+                    (Some(own), _) => Arc::new(*own),
+                    (None, Some(kept)) => Arc::clone(kept),
+                    (None, None) => Arc::new(item.old.clone()),
+                })
+            };
+            memory.push(state::Entry {
+                id: item.id.clone(),
+                parent,
+                memory: kept,
+            });
         }
         cohorts.push(CohortPlan {
             cohort: item.id.clone(),
@@ -1249,7 +1270,6 @@ fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Deci
             cohorts: memory,
             recent,
             recent_recovery,
-            parents,
             drills: ctx.drill_progress.clone(),
         },
         mode: Mode::Steering,
@@ -1296,10 +1316,17 @@ fn health(ctx: &Ctx<'_>, item: &mut Work<'_>, journal: &mut Vec<JournalEntry>) {
         }
         return;
     }
-    let start = item.w.as_ref().clone();
-    let mem = item.mem_mut();
-    let base = mem.before_failover.get_or_insert(start).clone();
-    mem.recovering_to = None;
+    // The memory changes only when the failover begins here, or interrupts a recovery: most
+    // rounds of a failover in progress read it and leave it as it was.
+    let base = match &item.mem().before_failover {
+        Some(base) if item.mem().recovering_to.is_none() => base.clone(),
+        _ => {
+            let start = item.w.as_ref().clone();
+            let mem = item.mem_mut();
+            mem.recovering_to = None;
+            mem.before_failover.get_or_insert(start).clone()
+        }
+    };
     let mut w = item.w.as_ref().clone();
     let mut notes = Vec::new();
     for (d, since) in &ctx.down {

@@ -1,8 +1,9 @@
 //! The engine's memory between rounds: explicit state, passed in and returned, so `decide`
 //! stays a pure function.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BTreeMap, VecDeque};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use multicdn_core::{CohortId, ProviderId, Timestamp, Weights};
@@ -53,8 +54,203 @@ impl Hasher for IdHasher {
     }
 }
 
-/// The per-cohort memory map.
-pub type CohortMap = HashMap<CohortId, CohortMemory, BuildHasherDefault<IdHasher>>;
+/// One cohort the engine keeps: its region, for carved-out cohorts (whose static weights they
+/// fall back to while their data is missing), and its memory (`None`: nothing to remember).
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) id: CohortId,
+    pub(crate) parent: Option<CohortId>,
+    pub(crate) memory: Option<Arc<CohortMemory>>,
+}
+
+/// The engine's per-cohort memory, in the order the last round wrote it: the plan's order,
+/// which is the order the next round reads it in, so a round walks it front to back instead
+/// of hashing every cohort into a table (a lookup out of that order uses an index built the
+/// first time one is needed). Every carved-out cohort has an entry, with its region; a cohort
+/// with nothing to remember reads as absent.
+///
+/// A memory the round did not change is shared with the round before (a reference count),
+/// not copied.
+#[derive(Debug, Clone, Default)]
+pub struct CohortMemories {
+    entries: Vec<Entry>,
+    /// `(hash of the id, position)`, sorted: built on the first lookup out of order.
+    index: OnceLock<Vec<(u64, u32)>>,
+}
+
+fn id_hash(id: &CohortId) -> u64 {
+    BuildHasherDefault::<IdHasher>::default().hash_one(id)
+}
+
+/// The same cohort: the same shared text (ids cloned from one another), or equal text.
+#[inline]
+pub(crate) fn same_id(a: &CohortId, b: &CohortId) -> bool {
+    std::ptr::eq(a.as_str(), b.as_str()) || a == b
+}
+
+impl CohortMemories {
+    /// A cohort's memory, if it has any.
+    pub fn get(&self, cohort: &CohortId) -> Option<&CohortMemory> {
+        self.position(cohort)
+            .and_then(|at| self.entries[at].memory.as_deref())
+    }
+
+    /// How many cohorts have something to remember.
+    pub fn len(&self) -> usize {
+        self.entries.iter().filter(|e| e.memory.is_some()).count()
+    }
+
+    /// True when no cohort has anything to remember.
+    pub fn is_empty(&self) -> bool {
+        self.entries.iter().all(|e| e.memory.is_none())
+    }
+
+    /// Every cohort with something to remember, in the order the last round wrote them.
+    pub fn iter(&self) -> impl Iterator<Item = (&CohortId, &CohortMemory)> + '_ {
+        self.entries
+            .iter()
+            .filter_map(|e| e.memory.as_deref().map(|m| (&e.id, m)))
+    }
+
+    /// Sets a cohort's memory (an idle one is forgotten); its region, if any, is kept.
+    pub fn insert(&mut self, cohort: CohortId, memory: CohortMemory) {
+        let memory = (!memory.is_idle()).then(|| Arc::new(memory));
+        match self.position(&cohort) {
+            Some(at) => self.entries[at].memory = memory,
+            None if memory.is_some() => self.push(Entry {
+                id: cohort,
+                parent: None,
+                memory,
+            }),
+            None => {}
+        }
+    }
+
+    /// A cohort's memory to change in place, empty if it had none.
+    pub fn get_mut_or_default(&mut self, cohort: &CohortId) -> &mut CohortMemory {
+        let at = match self.position(cohort) {
+            Some(at) => at,
+            None => {
+                self.push(Entry {
+                    id: cohort.clone(),
+                    parent: None,
+                    memory: None,
+                });
+                self.entries.len() - 1
+            }
+        };
+        Arc::make_mut(self.entries[at].memory.get_or_insert_with(Arc::default))
+    }
+
+    /// Changes every memory in place, then forgets the idle ones (and drops cohorts left with
+    /// neither memory nor region).
+    pub(crate) fn update_all(&mut self, mut f: impl FnMut(&mut CohortMemory)) {
+        for e in &mut self.entries {
+            if let Some(m) = e.memory.as_mut() {
+                let m = Arc::make_mut(m);
+                f(m);
+                if m.is_idle() {
+                    e.memory = None;
+                }
+            }
+        }
+        self.entries
+            .retain(|e| e.memory.is_some() || e.parent.is_some());
+        self.index = OnceLock::new();
+    }
+
+    pub(crate) fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// Appends a cohort not listed yet (the round writes its memory in order).
+    pub(crate) fn push(&mut self, entry: Entry) {
+        self.entries.push(entry);
+        self.index = OnceLock::new();
+    }
+
+    pub(crate) fn with_capacity(n: usize) -> CohortMemories {
+        CohortMemories {
+            entries: Vec::with_capacity(n),
+            index: OnceLock::new(),
+        }
+    }
+
+    /// Where a cohort's entry is, through the index.
+    pub(crate) fn position(&self, cohort: &CohortId) -> Option<usize> {
+        let index = self.index.get_or_init(|| {
+            let mut index: Vec<(u64, u32)> = self
+                .entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (id_hash(&e.id), i as u32))
+                .collect();
+            index.sort_unstable();
+            index
+        });
+        let h = id_hash(cohort);
+        let from = index.partition_point(|(x, _)| *x < h);
+        index[from..]
+            .iter()
+            .take_while(|(x, _)| *x == h)
+            .map(|(_, i)| *i as usize)
+            .find(|i| same_id(&self.entries[*i].id, cohort))
+    }
+}
+
+/// Equal when the same cohorts remember the same things and have the same regions, whatever
+/// the order they were written in.
+impl PartialEq for CohortMemories {
+    fn eq(&self, other: &CohortMemories) -> bool {
+        let significant = |m: &CohortMemories| {
+            m.entries
+                .iter()
+                .filter(|e| e.memory.is_some() || e.parent.is_some())
+                .count()
+        };
+        significant(self) == significant(other)
+            && self
+                .entries
+                .iter()
+                .filter(|e| e.memory.is_some() || e.parent.is_some())
+                .all(|e| {
+                    other.position(&e.id).is_some_and(|at| {
+                        let o = &other.entries[at];
+                        o.parent == e.parent && o.memory.as_deref() == e.memory.as_deref()
+                    })
+                })
+    }
+}
+
+/// Reads entries in the order they were written, through the index when a cohort is out of
+/// that order.
+pub(crate) struct Lookup<'a> {
+    memories: &'a CohortMemories,
+    next: usize,
+}
+
+impl<'a> Lookup<'a> {
+    pub(crate) fn new(memories: &'a CohortMemories) -> Lookup<'a> {
+        Lookup { memories, next: 0 }
+    }
+
+    /// A cohort's entry; cheapest when asked in the order they were written.
+    pub(crate) fn get(&mut self, cohort: &CohortId) -> Option<&'a Entry> {
+        let entries = &self.memories.entries;
+        if let Some(e) = entries.get(self.next)
+            && same_id(&e.id, cohort)
+        {
+            self.next += 1;
+            return Some(e);
+        }
+        if entries.is_empty() {
+            return None;
+        }
+        let at = self.memories.position(cohort)?;
+        self.next = at + 1;
+        Some(&entries[at])
+    }
+}
 
 /// A cohort's last optimizing move.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,8 +334,9 @@ impl CohortMemory {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(from = "StateFile", into = "StateFile")]
 pub struct EngineState {
-    /// Per cohort with something to remember (moves, failover, recovery).
-    pub cohorts: CohortMap,
+    /// Per cohort: what it remembers (moves, failover, recovery) and, for carved-out cohorts,
+    /// the region it falls back to.
+    pub cohorts: CohortMemories,
     /// Optimizing moves in the last hour, weighted by each cohort's traffic share, in basis
     /// points of all traffic.
     pub recent: VecDeque<(Timestamp, f64)>,
@@ -147,9 +344,6 @@ pub struct EngineState {
     /// returning traffic after an outage never spends the optimisation's hourly cap (nor the
     /// other way round).
     pub recent_recovery: VecDeque<(Timestamp, f64)>,
-    /// The region each carved-out cohort falls back to, in plan order (the order the next
-    /// round reads them in).
-    pub(crate) parents: Vec<(CohortId, CohortId)>,
     /// Every drill of the policy that has begun: its progress and report, by name.
     pub drills: BTreeMap<CohortId, DrillProgress>,
 }
@@ -170,12 +364,11 @@ impl EngineState {
     }
 
     /// The region a carved-out cohort falls back to (its static weights) while its data is
-    /// missing. A scan: for many cohorts, read [`EngineState::parents`].
+    /// missing.
     pub fn parent(&self, cohort: &CohortId) -> Option<&CohortId> {
-        self.parents
-            .iter()
-            .find(|(c, _)| c == cohort)
-            .map(|(_, p)| p)
+        self.cohorts
+            .position(cohort)
+            .and_then(|at| self.cohorts.entries()[at].parent.as_ref())
     }
 
     /// Aborts the running drill `name` at `at`: its return begins, stepwise, from the level
@@ -202,8 +395,11 @@ impl EngineState {
     }
 
     /// Every carved-out cohort and its region.
-    pub fn parents(&self) -> impl ExactSizeIterator<Item = (&CohortId, &CohortId)> + '_ {
-        self.parents.iter().map(|(c, p)| (c, p))
+    pub fn parents(&self) -> impl Iterator<Item = (&CohortId, &CohortId)> + '_ {
+        self.cohorts
+            .entries()
+            .iter()
+            .filter_map(|e| e.parent.as_ref().map(|p| (&e.id, p)))
     }
 
     pub(crate) fn prune(&mut self, now: Timestamp) {
@@ -221,47 +417,7 @@ impl EngineState {
         {
             self.recent_recovery.pop_front();
         }
-        self.cohorts.retain(|_, m| {
-            m.prune(now);
-            !m.is_idle()
-        });
-    }
-}
-
-/// Reads parents in plan order, falling back to a map when the plan's order changed.
-pub(crate) struct ParentLookup<'a> {
-    list: &'a [(CohortId, CohortId)],
-    next: usize,
-    map: Option<HashMap<&'a CohortId, usize, BuildHasherDefault<IdHasher>>>,
-}
-
-impl<'a> ParentLookup<'a> {
-    pub(crate) fn new(state: &'a EngineState) -> ParentLookup<'a> {
-        ParentLookup {
-            list: &state.parents,
-            next: 0,
-            map: None,
-        }
-    }
-
-    /// The parent of `cohort`; cheapest when asked in the order they were written.
-    pub(crate) fn get(&mut self, cohort: &CohortId) -> Option<&'a CohortId> {
-        let list = self.list;
-        if let Some((c, p)) = list.get(self.next)
-            && (std::ptr::eq(c.as_str(), cohort.as_str()) || c == cohort)
-        {
-            self.next += 1;
-            return Some(p);
-        }
-        if list.is_empty() {
-            return None;
-        }
-        let map = self
-            .map
-            .get_or_insert_with(|| list.iter().enumerate().map(|(i, (c, _))| (c, i)).collect());
-        let at = *map.get(cohort)?;
-        self.next = at + 1;
-        Some(&list[at].1)
+        self.cohorts.update_all(|m| m.prune(now));
     }
 }
 
@@ -289,28 +445,25 @@ struct StateFile {
 
 impl From<EngineState> for StateFile {
     fn from(state: EngineState) -> StateFile {
-        let mut cohorts: std::collections::BTreeMap<CohortId, MemoryFile> = state
+        let cohorts: std::collections::BTreeMap<CohortId, MemoryFile> = state
             .cohorts
+            .entries
             .into_iter()
-            .map(|(id, memory)| {
+            .filter(|e| e.memory.is_some() || e.parent.is_some())
+            .map(|e| {
+                let memory = e
+                    .memory
+                    .map(|m| Arc::try_unwrap(m).unwrap_or_else(|m| (*m).clone()))
+                    .unwrap_or_default();
                 (
-                    id,
+                    e.id,
                     MemoryFile {
                         memory,
-                        parent: None,
+                        parent: e.parent,
                     },
                 )
             })
             .collect();
-        for (id, parent) in state.parents {
-            cohorts
-                .entry(id)
-                .or_insert_with(|| MemoryFile {
-                    memory: CohortMemory::default(),
-                    parent: None,
-                })
-                .parent = Some(parent);
-        }
         StateFile {
             cohorts,
             recent: state.recent,
@@ -329,11 +482,13 @@ impl From<StateFile> for EngineState {
             ..EngineState::default()
         };
         for (id, m) in file.cohorts {
-            if let Some(parent) = m.parent {
-                state.parents.push((id.clone(), parent));
-            }
-            if !m.memory.is_idle() {
-                state.cohorts.insert(id, m.memory);
+            let memory = (!m.memory.is_idle()).then(|| Arc::new(m.memory));
+            if memory.is_some() || m.parent.is_some() {
+                state.cohorts.push(Entry {
+                    id,
+                    parent: m.parent,
+                    memory,
+                });
             }
         }
         state

@@ -508,7 +508,7 @@ fn build(
                 .collect(),
         });
         if let Some(ago) = case.last_move_ago[i] {
-            let mem = state.cohorts.entry(id.clone()).or_default();
+            let mem = state.cohorts.get_mut_or_default(id);
             mem.last_move = Some(LastMove {
                 at: t(10_000 - ago),
                 from: p("fastly"),
@@ -677,6 +677,82 @@ fn a_carved_out_cohort_without_data_keeps_its_weights_and_falls_back_to_its_regi
 }
 
 #[test]
+fn memory_is_found_whatever_the_order_the_plan_and_inputs_list_the_cohorts_in() {
+    // The engine keeps its memory in the order the last round wrote it and reads it front to
+    // back; a plan and inputs in another order must find every cohort's memory all the same
+    // (moves settle, the hourly budget is spent once), and decide exactly as in order.
+    let mut sim = Sim::new(policy());
+    let inputs: Vec<CohortInput> = (1..=40)
+        .map(|n| input(&format!("as{n}"), &format!("AS{n}"), 0.001, 300.0, 100.0))
+        .collect();
+    let first = sim.round(t(0), &inputs);
+    assert_eq!(first.journal.len(), 40, "every cohort moves a step");
+    let mut reversed_plan = sim.plan.clone();
+    // Carved-out cohorts are listed before the regions.
+    reversed_plan.cohorts[..40].reverse();
+    let mut reversed_inputs = inputs.clone();
+    reversed_inputs.reverse();
+    let mk = |plan: &SteeringPlan, cohorts: &[CohortInput], at| {
+        decide(
+            at,
+            &Inputs {
+                policy: &sim.policy,
+                current: plan,
+                cohorts,
+                health: &sim.health,
+                data_as_of: Some(at),
+                state: &sim.state,
+            },
+        )
+    };
+    let sorted = |d: &Decision| {
+        let mut j: Vec<String> = d.journal.iter().map(|e| e.to_string()).collect();
+        j.sort();
+        let mut w: Vec<String> = d
+            .plan
+            .cohorts
+            .iter()
+            .map(|c| format!("{}: {}", c.cohort, c.weights))
+            .collect();
+        w.sort();
+        (j, w)
+    };
+    for at in [t(60), t(700)] {
+        let (a, b) = (
+            mk(&sim.plan, &inputs, at),
+            mk(&reversed_plan, &reversed_inputs, at),
+        );
+        assert_eq!(sorted(&a), sorted(&b), "at {at}");
+        assert_eq!(a.state, b.state, "at {at}");
+        for n in 1..=40 {
+            let id = c(&format!("as{n}"));
+            assert!(
+                b.state
+                    .cohorts
+                    .get(&id)
+                    .is_some_and(|m| m.last_move.is_some()),
+                "{id}"
+            );
+            assert_eq!(b.state.parent(&id), Some(&c("default")));
+        }
+    }
+    // A minute after the moves every cohort is settling: nothing moves, in either order.
+    let settling = mk(&reversed_plan, &reversed_inputs, t(60));
+    assert!(
+        settling.journal.iter().all(|e| e.rule != Rule::Rum),
+        "{:?}",
+        settling.journal
+    );
+    assert!(
+        mk(&reversed_plan, &reversed_inputs, t(700))
+            .journal
+            .iter()
+            .any(|e| e.rule == Rule::Rum),
+        "settled: the next step"
+    );
+}
+
+#[test]
 fn memory_read_back_from_json_decides_the_same() {
     // The state's cohorts come back from JSON in id order, not in plan order: the engine must
     // find every carved-out cohort's region all the same.
@@ -690,7 +766,7 @@ fn memory_read_back_from_json_decides_the_same() {
         })
         .collect();
     sim.round(t(0), &inputs);
-    assert_eq!(sim.state.parents().len(), 5);
+    assert_eq!(sim.state.parents().count(), 5);
     let json = serde_json::to_string(&sim.state).unwrap();
     assert!(json.contains(r#""as7":{"#), "{json}");
     let back: EngineState = serde_json::from_str(&json).unwrap();
@@ -849,7 +925,7 @@ proptest! {
                         prop_assert_eq!(&e.after, &target, "{}", e);
                     }
                     Rule::Recovery if moved < MOVE_STEP_BP => {
-                        let mem = &state.cohorts[&e.cohort];
+                        let mem = state.cohorts.get(&e.cohort).unwrap();
                         let goal = mem.recovering_to.as_ref().or(mem.before_failover.as_ref()).unwrap();
                         prop_assert_eq!(&e.after, &floored(&ctx, goal), "{}", e);
                     }
