@@ -146,6 +146,10 @@ struct Head {
     /// The object holding that round's state.
     #[serde(default)]
     state: Option<String>,
+    /// The state object before it, kept one commit longer for a reader that read the
+    /// previous head a moment ago (the next commit deletes it).
+    #[serde(default)]
+    kept: Option<String>,
     /// The round begun and not yet committed.
     #[serde(default)]
     intent: Option<Intent>,
@@ -153,15 +157,30 @@ struct Head {
 
 const HEAD: &str = "head";
 
-/// An object's bytes, whole.
-pub(crate) async fn read_object(objects: &ObjectStore, name: &str) -> Result<Vec<u8>, String> {
-    let mut object = objects.get(name).await.map_err(|e| e.to_string())?;
+/// An object's bytes, whole; `None` when there is no such object or it was deleted. The
+/// object's info is read first: reading the chunks of a deleted object would wait for chunks
+/// that never come.
+pub(crate) async fn read_object(
+    objects: &ObjectStore,
+    name: &str,
+) -> Result<Option<Vec<u8>>, String> {
+    match objects.info(name).await {
+        Ok(info) if info.deleted => return Ok(None),
+        Ok(_) => {}
+        Err(e) if e.kind() == object_store::InfoErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    let mut object = match objects.get(name).await {
+        Ok(o) => o,
+        Err(e) if e.kind() == object_store::GetErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
     let mut bytes = Vec::new();
     object
         .read_to_end(&mut bytes)
         .await
         .map_err(|e| e.to_string())?;
-    Ok(bytes)
+    Ok(Some(bytes))
 }
 
 fn journal_name(round: u64) -> String {
@@ -277,7 +296,8 @@ impl SharedStore {
         Ok(Some((entry.revision, head)))
     }
 
-    async fn get_object(&self, name: &str) -> Result<Vec<u8>, SharedStoreError> {
+    /// An object's bytes; `None` when it is not there (or no longer).
+    async fn get_object(&self, name: &str) -> Result<Option<Vec<u8>>, SharedStoreError> {
         let what = format!("reading {}/{name}", self.config.objects);
         answer(self.config.timeout, &what, read_object(&self.objects, name)).await
     }
@@ -285,21 +305,7 @@ impl SharedStore {
     /// A round's journal record; `None` when the store has none for it.
     async fn get_record(&self, round: u64) -> Result<Option<RoundRecord>, SharedStoreError> {
         let name = journal_name(round);
-        let what = format!("reading {}/{name}", self.config.objects);
-        let read = async {
-            let mut object = match self.objects.get(&name).await {
-                Ok(o) => o,
-                Err(e) if e.kind() == object_store::GetErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(e.to_string()),
-            };
-            let mut bytes = Vec::new();
-            object
-                .read_to_end(&mut bytes)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(Some(bytes))
-        };
-        let Some(bytes) = answer(self.config.timeout, &what, read).await? else {
+        let Some(bytes) = self.get_object(&name).await? else {
             return Ok(None);
         };
         serde_json::from_slice(&bytes)
@@ -327,16 +333,35 @@ impl SharedStore {
     /// journal) is written back from the state. The head's revision read here is the one the
     /// next write compares against.
     pub async fn load(&self) -> Result<Option<Loaded>, SharedStoreError> {
-        let Some((revision, head)) = self.read_head().await? else {
-            *self.seen() = None;
-            return Ok(None);
+        // A leader's commits retire state objects: one read between a head and its state
+        // may find the state gone after two commits; the head is read again then, once.
+        let mut retired = None;
+        let (revision, head, state_name, bytes) = loop {
+            let Some((revision, head)) = self.read_head().await? else {
+                *self.seen() = None;
+                return Ok(None);
+            };
+            let Some(state_name) = head.state.clone() else {
+                *self.seen() = Some((revision, head));
+                return Ok(None);
+            };
+            match self.get_object(&state_name).await? {
+                Some(bytes) => break (revision, head, state_name, bytes),
+                None if retired.is_none() => retired = Some(state_name),
+                None => {
+                    return Err(SharedStoreError::Corrupt {
+                        what: format!("{}/{HEAD}", self.config.bucket),
+                        message: format!(
+                            "the head names the state object {state_name}, which is not in {} \
+                             (nor was {}, read just before)",
+                            self.config.objects,
+                            retired.unwrap_or_default()
+                        ),
+                    });
+                }
+            }
         };
         let intent = head.intent.clone().filter(|i| i.round == head.round + 1);
-        let Some(state_name) = head.state.clone() else {
-            *self.seen() = Some((revision, head));
-            return Ok(None);
-        };
-        let bytes = self.get_object(&state_name).await?;
         let state: ControllerState =
             serde_json::from_slice(&bytes).map_err(|e| SharedStoreError::Corrupt {
                 what: format!("{}/{state_name}", self.config.objects),
@@ -419,14 +444,21 @@ impl SharedStore {
     }
 
     /// Commits the state after a round: the state object, the head (compared-and-set), the
-    /// round's journal record; then the state object before it is deleted.
+    /// round's journal record; then the state object two commits old is deleted (the one
+    /// before is kept for readers of the previous head).
     pub async fn commit(&self, state: &ControllerState, term: u64) -> Result<(), SharedStoreError> {
         let name = format!("state-{:012}-{term}", state.round);
         self.put_object(&name, &encode(state)?).await?;
-        let previous = self.seen().as_ref().and_then(|(_, h)| h.state.clone());
+        let (previous, retired) = self
+            .seen()
+            .as_ref()
+            .map(|(_, h)| (h.state.clone(), h.kept.clone()))
+            .unwrap_or_default();
+        let kept = previous.filter(|p| *p != name);
         self.swap_head(Head {
             round: state.round,
             state: Some(name.clone()),
+            kept: kept.clone(),
             intent: None,
         })
         .await?;
@@ -436,7 +468,7 @@ impl SharedStore {
             self.put_object(&journal_name(last.round), &encode(last)?)
                 .await?;
         }
-        if let Some(old) = previous.filter(|p| *p != name)
+        if let Some(old) = retired.filter(|p| *p != name && Some(p) != kept.as_ref())
             && let Err(e) = answer(
                 self.config.timeout,
                 "deleting the previous state",

@@ -386,11 +386,9 @@ impl Snapshots {
 
     async fn get_board(&self, name: &str) -> Result<Vec<u8>, ShardError> {
         let read = async {
-            let info = self.objects.info(name).await.map_err(|e| e.to_string())?;
-            if info.deleted {
-                return Err(format!("{name} was retired by a newer snapshot"));
-            }
-            crate::leader::read_object(&self.objects, name).await
+            crate::leader::read_object(&self.objects, name)
+                .await?
+                .ok_or_else(|| format!("{name} was retired by a newer snapshot"))
         };
         answer(self.bulk_timeout, "reading a shard scoreboard", name, read).await
     }

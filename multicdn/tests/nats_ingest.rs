@@ -28,18 +28,7 @@ use multicdn_test_support::NatsServer;
 use tokio::task::JoinHandle;
 
 fn server() -> Option<NatsServer> {
-    match NatsServer::start().unwrap() {
-        Some(s) => Some(s),
-        None => {
-            let why = "nats-server is not installed (apt-get install nats-server; .ci/run does)";
-            if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false") {
-                panic!("the ingest tests cannot run in CI: {why}");
-            }
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "skipped: {why}");
-            None
-        }
-    }
+    NatsServer::start_or_skip("the ingest tests").unwrap()
 }
 
 async fn client(server: &NatsServer) -> async_nats::Client {
