@@ -22,6 +22,7 @@ mod validate;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -640,9 +641,28 @@ pub struct RumPolicy {
     /// Samples a cell needs before it may steer.
     #[serde(default = "default_min_samples")]
     pub min_samples: u64,
-    /// The measurement window; older samples age out.
+    /// Probe loads that timed two providers at once (pairs) a cohort needs before that paired
+    /// comparison may steer it with fewer than `min_samples` samples. Both times of a pair
+    /// come from one user at one moment, so the user's own speed (device, last mile) cancels
+    /// from their difference. The default is the default `min_samples` carried over: where
+    /// the user makes most of a load's spread (a correlation of 0.8 between a load's two
+    /// times, 0.59 between two p75 estimates by Sheppard's formula), the difference of two
+    /// p75s over 80 pairs is as certain as over 200 independent samples of each. Either way
+    /// the significance test, from the cohort's own spread and correlation, decides whether a
+    /// gap moves traffic.
+    #[serde(default = "default_min_pairs")]
+    pub min_pairs: u64,
+    /// The measurement window: the latest evidence, what a busy network is judged on.
     #[serde(default = "default_window")]
     pub window: Dur,
+    /// The longest window a sparse network is judged on: a network too thin in `window` is
+    /// judged on twice, four times... the window, up to this (samples older than it age
+    /// out). A provider whose latest `window` differs from the longer one beyond the noise,
+    /// and by a material amount, is judged on its latest `window`, so that a long window never
+    /// hides a change. Unset: four times `window` ([`RumPolicy::max_window`]). The scoreboard
+    /// keeps this much, so a busy cell's memory grows with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_window: Option<Dur>,
     /// A gap must exceed this share of the slower provider's value...
     #[serde(default = "default_relative_gap")]
     pub relative_gap: Share,
@@ -696,11 +716,39 @@ impl Default for ProbePolicy {
     }
 }
 
+impl RumPolicy {
+    /// The longest window (`max_window`, else four times `window`).
+    pub fn max_window(&self) -> Duration {
+        self.max_window
+            .map_or_else(|| self.window.get().saturating_mul(4), |d| d.get())
+            .max(self.window.get())
+    }
+
+    /// The windows a network is judged on, shortest first: `window`, doubled while shorter
+    /// than `max_window`, then `max_window`.
+    pub fn windows(&self) -> Vec<Duration> {
+        let (first, last) = (self.window.get(), self.max_window());
+        let mut out = vec![first];
+        let mut w = first.saturating_mul(2);
+        while w < last && !first.is_zero() {
+            out.push(w);
+            w = w.saturating_mul(2);
+        }
+        if last > first {
+            out.push(last);
+        }
+        out
+    }
+}
+
 fn default_percentile() -> u8 {
     75
 }
 fn default_min_samples() -> u64 {
     200
+}
+fn default_min_pairs() -> u64 {
+    80
 }
 fn default_window() -> Dur {
     Dur::secs(3600)
@@ -730,7 +778,9 @@ impl Default for RumPolicy {
             enabled: true,
             percentile: default_percentile(),
             min_samples: default_min_samples(),
+            min_pairs: default_min_pairs(),
             window: default_window(),
+            max_window: None,
             relative_gap: default_relative_gap(),
             absolute_gap: default_absolute_gap(),
             switch_back_factor: default_switch_back(),
@@ -747,9 +797,16 @@ impl Default for RumPolicy {
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Guardrails {
-    /// Total traffic moved in any hour (weighted by each cohort's share of traffic).
+    /// Total traffic moved in any hour (weighted by each cohort's share of traffic) by the
+    /// optimizing rules (RUM, pins).
     #[serde(default = "default_max_moved")]
     pub max_moved_per_hour: Share,
+    /// Total traffic returned in any hour to providers that recovered from a failover, on a
+    /// budget of its own: a global outage's failover is not capped (it is safety), and its
+    /// return, paced by the steps and the settle time, need not wait hours for the
+    /// optimization's budget. 100% by default.
+    #[serde(default = "default_max_recovered")]
+    pub max_recovered_per_hour: Share,
     /// The most one cohort's split changes in any hour.
     #[serde(default = "default_max_cohort")]
     pub max_change_per_cohort: Share,
@@ -767,6 +824,9 @@ pub struct Guardrails {
 fn default_max_moved() -> Share {
     Share::percent(30)
 }
+fn default_max_recovered() -> Share {
+    Share::percent(100)
+}
 fn default_max_cohort() -> Share {
     Share::percent(40)
 }
@@ -781,6 +841,7 @@ impl Default for Guardrails {
     fn default() -> Guardrails {
         Guardrails {
             max_moved_per_hour: default_max_moved(),
+            max_recovered_per_hour: default_max_recovered(),
             max_change_per_cohort: default_max_cohort(),
             stale_after: default_stale_after(),
             static_mode: false,

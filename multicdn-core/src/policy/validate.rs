@@ -127,6 +127,15 @@ fn durations(policy: &Policy, out: &mut Problems) {
             period,
         );
     }
+    if let Some(max) = s.rum.max_window {
+        at_most(
+            out,
+            "steering.rum.max_window".into(),
+            max,
+            MAX_PERIOD_SECS,
+            period,
+        );
+    }
     at_most(
         out,
         "steering.guardrails.stale_after".into(),
@@ -694,6 +703,12 @@ fn steering(policy: &Policy, out: &mut Problems) {
             "must be at least 1; a few hundred is usual".into(),
         ));
     }
+    if rum.min_pairs < 20 {
+        out.push((
+            "steering.rum.min_pairs".into(),
+            "must be at least 20: the spread and correlation the paired test reads come from the pairs themselves".into(),
+        ));
+    }
     if rum.relative_gap.bp() > TOTAL_BP {
         out.push((
             "steering.rum.relative_gap".into(),
@@ -730,6 +745,26 @@ fn steering(policy: &Policy, out: &mut Problems) {
             "must be above zero, like 1h".into(),
         ));
     }
+    if let Some(max) = rum.max_window {
+        if max.get() < rum.window.get() {
+            out.push((
+                "steering.rum.max_window".into(),
+                format!(
+                    "{max} is shorter than window {}: at least the window, like 4h",
+                    rum.window
+                ),
+            ));
+        } else if max.get() > rum.window.get().saturating_mul(64) {
+            out.push((
+                "steering.rum.max_window".into(),
+                format!(
+                    "{max} is over 64 windows of {}: the scoreboard keeps this much of every \
+                     cell; a few hours is usual",
+                    rum.window
+                ),
+            ));
+        }
+    }
     if rum.probe.sample.bp() > TOTAL_BP {
         out.push((
             "steering.rum.probe.sample".into(),
@@ -759,6 +794,7 @@ fn steering(policy: &Policy, out: &mut Problems) {
     let g = &s.guardrails;
     for (field, share) in [
         ("max_moved_per_hour", g.max_moved_per_hour),
+        ("max_recovered_per_hour", g.max_recovered_per_hour),
         ("max_change_per_cohort", g.max_change_per_cohort),
         ("max_touched_per_apply", g.max_touched_per_apply),
     ] {

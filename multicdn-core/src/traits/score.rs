@@ -27,6 +27,12 @@ pub struct CellStats {
     pub availability: Option<f64>,
     /// The provider's current share of this cohort's traffic, in basis points.
     pub share_bp: Option<u32>,
+    /// When the cell's loads also timed another provider of the cohort (the paired probe):
+    /// how many such pairs there are. A scorer may then accept fewer than its `min_samples`
+    /// (down to its `min_pairs`): the engine judges a paired difference by its own, smaller,
+    /// error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs: Option<u64>,
 }
 
 impl CellStats {
