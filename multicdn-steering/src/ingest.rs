@@ -44,7 +44,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use multicdn_core::{Clock, Country, ProviderId, SystemClock, Timestamp};
+use multicdn_core::{CacheStatus, Clock, Country, ProviderId, SystemClock, Timestamp};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -558,7 +558,17 @@ impl<R: NetworkResolver> Ingestor<R> {
                 network,
                 value: Some(ttfb),
             };
-            return self.store(board, &sample).map(|()| (1, unresolved, at));
+            // A cache hit is also stored as one, the comparison free of cache share.
+            let hit = raw
+                .cache
+                .as_deref()
+                .is_some_and(|c| CacheStatus::parse(c) == CacheStatus::Hit);
+            let recorded = if hit {
+                board.insert_navigation(at, slot, network, ttfb, true)
+            } else {
+                board.insert(&sample)
+            };
+            return self.stored(recorded, &sample).map(|()| (1, unresolved, at));
         }
         let Some(times) = raw.times else {
             return Err((BadLine::NotABeacon, None));
@@ -576,6 +586,8 @@ impl<R: NetworkResolver> Ingestor<R> {
         let mut unknown = 0usize;
         let mut first_unknown = String::new();
         let mut last_err = (BadLine::NotABeacon, None);
+        let mut paired: [(ProviderSlot, Option<f64>); 8] = [(ProviderSlot::default(), None); 8];
+        let mut n_paired = 0;
         for (name, value) in pairs {
             let Some(slot) = self.slot(board, &name) else {
                 board.count_unknown_provider();
@@ -594,9 +606,18 @@ impl<R: NetworkResolver> Ingestor<R> {
                 value,
             };
             match self.store(board, &sample) {
-                Ok(()) => stored += 1,
+                Ok(()) => {
+                    stored += 1;
+                    if let Some(p) = paired.get_mut(n_paired) {
+                        *p = (slot, value);
+                        n_paired += 1;
+                    }
+                }
                 Err(e) => last_err = e,
             }
+        }
+        if n_paired > 1 {
+            board.insert_pairs(at, network, &paired[..n_paired]);
         }
         if stored == 0 {
             if last_err.0 == BadLine::UnknownProvider {
@@ -630,7 +651,17 @@ impl<R: NetworkResolver> Ingestor<R> {
         board: &mut Scoreboard,
         sample: &Sample,
     ) -> Result<(), (BadLine, Option<String>)> {
-        match board.insert(sample) {
+        let recorded = board.insert(sample);
+        self.stored(recorded, sample)
+    }
+
+    /// What a sample's insertion came to, as this ingest counts it.
+    fn stored(
+        &mut self,
+        recorded: Recorded,
+        sample: &Sample,
+    ) -> Result<(), (BadLine, Option<String>)> {
+        match recorded {
             Recorded::Stored => Ok(()),
             Recorded::Clamped => {
                 self.report.clamped += 1;
@@ -794,6 +825,9 @@ struct RawLine<'a> {
     ttfb: Option<f64>,
     #[serde(default, borrow)]
     provider: Option<Cow<'a, str>>,
+    /// The edge's cache status (`HIT`, `MISS`, ...), from `Server-Timing`.
+    #[serde(default, borrow)]
+    cache: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     times: Option<RawTimes<'a>>,
 }
@@ -848,6 +882,7 @@ mod fast {
     const TTFB: u8 = 16;
     const PROVIDER: u8 = 32;
     const TIMES: u8 = 64;
+    const CACHE: u8 = 128;
 
     /// A probe beacon's times by provider name.
     type Pairs<'a> = Vec<(Cow<'a, str>, Option<f64>)>;
@@ -1053,7 +1088,7 @@ mod fast {
                     i = next;
                     Value::Times(pairs)
                 }
-                b'"' if !matches!(key, b"ip" | b"country" | b"provider" | b"times") => {
+                b'"' if !matches!(key, b"ip" | b"country" | b"provider" | b"cache" | b"times") => {
                     i = skip_string(b, i + 1)?;
                     Value::Other
                 }
@@ -1091,6 +1126,7 @@ mod fast {
                 b"ttfb" => TTFB,
                 b"provider" => PROVIDER,
                 b"times" => TIMES,
+                b"cache" => CACHE,
                 _ => 0,
             };
             if bit != 0 {
@@ -1109,6 +1145,7 @@ mod fast {
                     (IP, Value::Str(v)) => out.ip = Some(Cow::Borrowed(v)),
                     (COUNTRY, Value::Str(v)) => out.country = Some(Cow::Borrowed(v)),
                     (PROVIDER, Value::Str(v)) => out.provider = Some(Cow::Borrowed(v)),
+                    (CACHE, Value::Str(v)) => out.cache = Some(Cow::Borrowed(v)),
                     _ => return None,
                 }
             }
@@ -1197,6 +1234,18 @@ mod tests {
             &ProviderId::new("fastly").unwrap(),
         );
         assert_eq!(country.stats.samples, 1);
+        // The first line was a cache hit: its time is also a hit's (cloudflare's said nothing).
+        let hits = |p: &str| {
+            snap.cell(
+                Metric::TtfbHit,
+                NetworkKey::Asn(64500),
+                &ProviderId::new(p).unwrap(),
+            )
+            .stats
+            .samples
+        };
+        assert_eq!((hits("fastly"), hits("cloudflare")), (1, 0));
+        assert_eq!(b.quality().stored, 6, "a hit is one sample, not two");
     }
 
     fn gb_cloudflare(b: &Scoreboard, now: Timestamp) -> u64 {
@@ -1658,6 +1707,7 @@ mod tests {
             Just("ttfb"),
             Just("provider"),
             Just("times"),
+            Just("cache"),
             Just("path"),
             Just("pop"),
             Just("x"),
@@ -1675,6 +1725,7 @@ mod tests {
             Just("\"fastly\""),
             Just("\"203.0.113.9\""),
             Just("\"DE\""),
+            Just("\"HIT\""),
             Just("\"a\\u00e9\""),
             Just("{}"),
             Just("[1]"),

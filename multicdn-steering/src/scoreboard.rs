@@ -28,7 +28,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
 use multicdn_core::policy::RumPolicy;
-use multicdn_core::{CellStats, Country, NetworkKey, ProviderId, Timestamp};
+use multicdn_core::{CacheStatus, CellStats, Country, NetworkKey, ProviderId, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::beacon::{ClientNetwork, NavigationBeacon, ProbeBeacon};
@@ -43,16 +43,40 @@ pub enum Metric {
     Ttfb,
     /// The client-side probe's fetch time; failed fetches count against availability.
     Probe,
+    /// One probe load's times of two providers as a ratio, the lower slot's over the higher's
+    /// (same user, same moment): the paired comparison, whose spread against the two
+    /// providers' own says how much of their difference is the users' and how much theirs.
+    /// Its cells are keyed by the pair ([`Snapshot::pairing`]), not by one provider.
+    Pair,
+    /// Time to first byte of the navigations the edge served from its cache (`Server-Timing`
+    /// `cache=HIT`), also counted in [`Metric::Ttfb`]: free of the origin fetch a colder cache
+    /// adds, so a provider at its measurement floor is not judged by its cache's warmth.
+    TtfbHit,
 }
 
 impl Metric {
-    fn bit(self) -> u64 {
+    fn bits(self) -> u64 {
         match self {
             Metric::Ttfb => 0,
             Metric::Probe => 1,
+            Metric::Pair => 2,
+            Metric::TtfbHit => 3,
         }
     }
 }
+
+/// The slot code of the pair `(a, b)`, `a < b`, both below [`PAIR_SLOTS`].
+fn pair_code(a: u16, b: u16) -> u16 {
+    a * PAIR_SLOTS + b
+}
+
+/// The two slots of a pair code.
+fn pair_slots(code: u16) -> (u16, u16) {
+    (code / PAIR_SLOTS, code % PAIR_SLOTS)
+}
+
+/// Providers whose slot is below this are paired in probe loads (a pair's code is one `u16`).
+pub const PAIR_SLOTS: u16 = 256;
 
 /// What to do with a value above the plausible maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -100,14 +124,14 @@ impl Default for ScoreboardConfig {
 }
 
 impl ScoreboardConfig {
-    /// The policy's window and minimum samples, a bucket of a quarter of the window, and a
-    /// freshness of one bucket.
+    /// The policy's minimum samples, a bucket of a quarter of its window, a freshness of one
+    /// bucket, and a retention of its longest window ([`RumPolicy::max_window`]).
     pub fn from_policy(rum: &RumPolicy) -> ScoreboardConfig {
         let window = rum.window.get().max(Duration::from_secs(60));
         let bucket = Duration::from_millis((window.as_millis() as u64 / 4).max(1000));
         ScoreboardConfig {
             bucket,
-            retention: window,
+            retention: rum.max_window().max(window),
             min_samples: rum.min_samples,
             fresh_for: bucket,
             ..ScoreboardConfig::default()
@@ -212,7 +236,7 @@ const MAX_BUCKET_SECS: u64 = 366 * 86_400;
 const MAX_BUCKETS: u32 = 100_000;
 
 /// A provider's position in the scoreboard's provider list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ProviderSlot(u16);
 
 impl ProviderSlot {
@@ -450,24 +474,56 @@ impl Cell {
     }
 
     /// Every bucket with `first <= index <= last` added up.
-    fn add_window(&self, first: u32, last: u32, acc: &mut Accumulator) -> (u64, u64) {
+    /// Adds the buckets up to `last`, newest first, and pushes one aggregate each time the
+    /// pass is about to step past a window: `firsts` are the windows' first buckets, newest
+    /// first, and `out` receives one aggregate per entry, in that order.
+    fn add_windows(&self, firsts: &[u32], last: u32, acc: &mut Accumulator, out: &mut Vec<Agg>) {
         let (mut failures, mut newest) = (0u64, 0u64);
-        for b in self
+        let mut next = 0;
+        let mut emit =
+            |acc: &Accumulator, failures: u64, newest: u64, upto: u32, next: &mut usize| {
+                while let Some(&first) = firsts.get(*next) {
+                    if upto >= first {
+                        break;
+                    }
+                    out.push(Agg {
+                        sketch: acc.to_sketch(),
+                        failures,
+                        newest,
+                    });
+                    *next += 1;
+                }
+            };
+        let open = std::iter::once((self.open.index, self.open.failures, self.open.newest, None));
+        let closed = self
             .closed
             .iter()
-            .filter(|b| b.index >= first && b.index <= last)
-        {
-            b.bins.add_to(acc);
-            failures += u64::from(b.failures);
-            newest = newest.max(b.newest);
+            .rev()
+            .map(|b| (b.index, b.failures, b.newest, Some(&b.bins)));
+        for (index, f, n, packed) in open.chain(closed) {
+            if index > last {
+                continue;
+            }
+            emit(acc, failures, newest, index, &mut next);
+            if next >= firsts.len() {
+                return;
+            }
+            match packed {
+                Some(bins) => bins.add_to(acc),
+                None => self.open.bins.add_to(acc),
+            }
+            failures += u64::from(f);
+            newest = newest.max(n);
         }
-        let o = &self.open;
-        if o.index >= first && o.index <= last {
-            o.bins.add_to(acc);
-            failures += u64::from(o.failures);
-            newest = newest.max(o.newest);
+        // The windows reaching past the oldest bucket hold everything.
+        while next < firsts.len() {
+            out.push(Agg {
+                sketch: acc.to_sketch(),
+                failures,
+                newest,
+            });
+            next += 1;
         }
-        (failures, newest)
     }
 
     /// The buckets as serialised, oldest first.
@@ -532,17 +588,18 @@ impl BaseKey {
             u64::from(b[0].wrapping_sub(b'A')) * 26 + u64::from(b[1].wrapping_sub(b'A')) + 1
         });
         let asn = self.asn.map_or(0u64, |a| u64::from(a) + 1);
-        self.metric.bit() | (u64::from(self.provider) << 1) | (country << 17) | (asn << 27)
+        self.metric.bits() | (u64::from(self.provider) << 2) | (country << 18) | (asn << 28)
     }
 
     /// The key [`BaseKey::pack`] packed.
     fn unpack(packed: u64) -> BaseKey {
-        let metric = if packed & 1 == 0 {
-            Metric::Ttfb
-        } else {
-            Metric::Probe
+        let metric = match packed & 3 {
+            0 => Metric::Ttfb,
+            1 => Metric::Probe,
+            2 => Metric::Pair,
+            _ => Metric::TtfbHit,
         };
-        let country = match (packed >> 17) & 0x3ff {
+        let country = match (packed >> 18) & 0x3ff {
             0 => None,
             c => {
                 let letters = [b'A' + ((c - 1) / 26) as u8, b'A' + ((c - 1) % 26) as u8];
@@ -553,10 +610,26 @@ impl BaseKey {
         };
         BaseKey {
             metric,
-            provider: (packed >> 1) as u16,
-            asn: (packed >> 27).checked_sub(1).map(|a| a as u32),
+            provider: (packed >> 2) as u16,
+            asn: (packed >> 28).checked_sub(1).map(|a| a as u32),
             country,
         }
+    }
+
+    /// The key with its provider slot (both, for a pair) renumbered by `map`; `None` for a
+    /// pair whose slots are no longer both pairable.
+    fn renumbered(&self, map: impl Fn(u16) -> u16) -> Option<BaseKey> {
+        let provider = if self.metric == Metric::Pair {
+            let (a, b) = pair_slots(self.provider);
+            let (a, b) = (map(a), map(b));
+            if a >= b || b >= PAIR_SLOTS {
+                return None;
+            }
+            pair_code(a, b)
+        } else {
+            map(self.provider)
+        };
+        Some(BaseKey { provider, ..*self })
     }
 }
 
@@ -656,19 +729,18 @@ impl Scoreboard {
         }
         self.providers.insert(at, provider);
         let at = at as u16;
-        if self
-            .cells
-            .keys()
-            .any(|k| BaseKey::unpack(*k).provider >= at)
-        {
+        let shift = |slot: u16| if slot >= at { slot + 1 } else { slot };
+        if self.cells.keys().any(|k| {
+            let key = BaseKey::unpack(*k);
+            key.renumbered(shift) != Some(key)
+        }) {
             let cells = std::mem::take(&mut self.cells);
             self.cells.reserve(cells.len());
             for (packed, cell) in cells {
-                let mut key = BaseKey::unpack(packed);
-                if key.provider >= at {
-                    key.provider += 1;
+                // A pair whose higher slot moved past the pairable ones is no longer kept.
+                if let Some(key) = BaseKey::unpack(packed).renumbered(shift) {
+                    self.cells.insert(key.pack(), cell);
                 }
-                self.cells.insert(key.pack(), cell);
             }
         }
         Ok(ProviderSlot(at))
@@ -703,7 +775,10 @@ impl Scoreboard {
         u32::try_from(now.as_millis() / self.bucket_ms).unwrap_or(u32::MAX)
     }
 
-    /// Stores one sample.
+    /// Stores one sample. A [`Metric::Pair`] sample names no one provider and is refused as
+    /// [`Recorded::UnknownProvider`]: pairs go in through [`Scoreboard::insert_pairs`]. A
+    /// [`Metric::TtfbHit`] sample is stored as one (most callers want
+    /// [`Scoreboard::insert_navigation`], which stores a hit under both metrics).
     #[inline]
     pub fn insert(&mut self, s: &Sample) -> Recorded {
         let (value, outcome) = match s.value {
@@ -721,7 +796,8 @@ impl Scoreboard {
             },
             Some(v) => (Some(v), Recorded::Stored),
         };
-        if s.provider.index() >= self.providers.len() {
+        // A pair names two providers, not one: pairs go in through `insert_pairs`.
+        if s.provider.index() >= self.providers.len() || s.metric == Metric::Pair {
             self.quality.unknown_provider += 1;
             return Recorded::UnknownProvider;
         }
@@ -737,11 +813,7 @@ impl Scoreboard {
             return Recorded::OutOfRange;
         };
         let bin = value.map(sketch::bin_of_positive);
-        let cell = match self.cells.entry(key.pack()) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => v.insert(Cell::new(index)),
-        };
-        if !cell.record(index, self.keep, at, bin) {
+        if !self.record(key, index, at, bin) {
             self.quality.too_old += 1;
             return Recorded::TooOld;
         }
@@ -755,7 +827,101 @@ impl Scoreboard {
         outcome
     }
 
-    /// Stores a navigation beacon's TTFB.
+    /// Writes a bin (`None`: a failure) into the base cell `key`; `false` when its bucket is
+    /// older than the retention.
+    #[inline]
+    fn record(&mut self, key: BaseKey, index: u32, at: u64, bin: Option<u32>) -> bool {
+        let cell = match self.cells.entry(key.pack()) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => v.insert(Cell::new(index)),
+        };
+        cell.record(index, self.keep, at, bin)
+    }
+
+    /// Stores the pairs of one probe load: for every two providers it timed successfully (with
+    /// plausible times, both slots below [`PAIR_SLOTS`]), the ratio of the lower slot's time to
+    /// the higher's, in a [`Metric::Pair`] cell of the network. Call it beside the probe's
+    /// [`Scoreboard::insert`]s ([`Scoreboard::record_probe`] does both); the pairs are not
+    /// counted in [`Quality`], which counts the samples.
+    pub fn insert_pairs(
+        &mut self,
+        at: Timestamp,
+        network: ClientNetwork,
+        times: &[(ProviderSlot, Option<f64>)],
+    ) {
+        let at_ms = at.as_millis();
+        let Ok(index) = u32::try_from(at_ms / self.bucket_ms) else {
+            return;
+        };
+        let max = self.config.plausible_max_ms;
+        let ok = |slot: ProviderSlot, v: Option<f64>| {
+            v.filter(|v| *v > 0.0 && *v <= max && slot.0 < PAIR_SLOTS)
+        };
+        for (i, &(a, va)) in times.iter().enumerate() {
+            let Some(va) = ok(a, va) else { continue };
+            for &(b, vb) in &times[i + 1..] {
+                let Some(vb) = ok(b, vb) else { continue };
+                let (lo, hi, ratio) = match a.0.cmp(&b.0) {
+                    std::cmp::Ordering::Less => (a.0, b.0, va / vb),
+                    std::cmp::Ordering::Greater => (b.0, a.0, vb / va),
+                    std::cmp::Ordering::Equal => continue,
+                };
+                if usize::from(hi) >= self.providers.len() {
+                    continue;
+                }
+                let key = BaseKey {
+                    metric: Metric::Pair,
+                    provider: pair_code(lo, hi),
+                    asn: network.asn,
+                    country: network.country,
+                };
+                self.record(key, index, at_ms, Some(sketch::bin_of_positive(ratio)));
+            }
+        }
+    }
+
+    /// Stores a navigation's TTFB under [`Metric::Ttfb`] and, when the edge served it from its
+    /// cache (`hit`), under [`Metric::TtfbHit`] too (counted once in [`Quality`]).
+    #[inline]
+    pub fn insert_navigation(
+        &mut self,
+        at: Timestamp,
+        provider: ProviderSlot,
+        network: ClientNetwork,
+        ttfb: f64,
+        hit: bool,
+    ) -> Recorded {
+        let recorded = self.insert(&Sample {
+            at,
+            metric: Metric::Ttfb,
+            provider,
+            network,
+            value: Some(ttfb),
+        });
+        let at_ms = at.as_millis();
+        // Stored (or clamped) above: its bucket is numbered and kept.
+        if hit
+            && matches!(recorded, Recorded::Stored | Recorded::Clamped)
+            && let Ok(index) = u32::try_from(at_ms / self.bucket_ms)
+        {
+            let value = ttfb.min(self.config.plausible_max_ms);
+            self.record(
+                BaseKey {
+                    metric: Metric::TtfbHit,
+                    provider: provider.0,
+                    asn: network.asn,
+                    country: network.country,
+                },
+                index,
+                at_ms,
+                Some(sketch::bin_of_positive(value)),
+            );
+        }
+        recorded
+    }
+
+    /// Stores a navigation beacon's TTFB (and, served from cache, its hit; see
+    /// [`Scoreboard::insert_navigation`]).
     pub fn record_navigation(
         &mut self,
         at: Timestamp,
@@ -766,13 +932,8 @@ impl Scoreboard {
             self.quality.unknown_provider += 1;
             return Recorded::UnknownProvider;
         };
-        self.insert(&Sample {
-            at,
-            metric: Metric::Ttfb,
-            provider,
-            network,
-            value: Some(beacon.ttfb),
-        })
+        let hit = beacon.cache_status() == Some(CacheStatus::Hit);
+        self.insert_navigation(at, provider, network, beacon.ttfb, hit)
     }
 
     /// Stores a probe beacon's times, one sample per provider; `order` names the providers of
@@ -784,23 +945,32 @@ impl Scoreboard {
         beacon: &ProbeBeacon,
         order: &[String],
     ) -> Vec<Recorded> {
-        beacon
+        let mut paired = Vec::new();
+        let recorded = beacon
             .pairs(order)
             .into_iter()
             .map(|(name, value)| match self.provider_slot(name) {
-                Some(provider) => self.insert(&Sample {
-                    at,
-                    metric: Metric::Probe,
-                    provider,
-                    network,
-                    value,
-                }),
+                Some(provider) => {
+                    let r = self.insert(&Sample {
+                        at,
+                        metric: Metric::Probe,
+                        provider,
+                        network,
+                        value,
+                    });
+                    if r == Recorded::Stored {
+                        paired.push((provider, value));
+                    }
+                    r
+                }
                 None => {
                     self.quality.unknown_provider += 1;
                     Recorded::UnknownProvider
                 }
             })
-            .collect()
+            .collect();
+        self.insert_pairs(at, network, &paired);
+        recorded
     }
 
     /// Drops buckets older than the retention as of `now`, and cells left empty.
@@ -844,10 +1014,10 @@ impl Scoreboard {
             map.push(slot as u16);
         }
         for (packed, cell) in &other.cells {
-            let key = BaseKey::unpack(*packed);
-            let key = BaseKey {
-                provider: map[usize::from(key.provider)],
-                ..key
+            let Some(key) = BaseKey::unpack(*packed)
+                .renumbered(|slot| map.get(usize::from(slot)).copied().unwrap_or(u16::MAX))
+            else {
+                continue;
             };
             match self.cells.entry(key.pack()) {
                 Entry::Occupied(o) => o.into_mut().merge(cell),
@@ -860,56 +1030,100 @@ impl Scoreboard {
         Ok(())
     }
 
-    /// Rolls the buckets of the `window` ending at `now` up into every cut.
-    pub fn snapshot(&self, now: Timestamp, window: Duration) -> Snapshot {
+    /// One [`Snapshot`] per window, in the order given (the policy's
+    /// [`RumPolicy::windows`], shortest first, for
+    /// [`cohort_inputs_over`](crate::engine::cohorts::cohort_inputs_over)).
+    ///
+    /// The windows all end at `now`, so one pass over each cell's buckets, newest first,
+    /// serves them all: a window's aggregate is what the pass has added when it reaches the
+    /// window's first bucket.
+    pub fn snapshots(&self, now: Timestamp, windows: &[Duration]) -> Vec<Snapshot> {
         let current = self.bucket_at(now);
-        let span = u32::try_from(
-            u64::try_from(window.as_millis())
-                .unwrap_or(u64::MAX)
-                .div_ceil(self.bucket_ms),
-        )
-        .unwrap_or(u32::MAX)
-        .max(1);
-        let first = current.saturating_sub(span - 1);
-        let mut cuts: HashMap<CutKey, Agg> = HashMap::new();
-        let mut base: Vec<(BaseKey, Agg)> = Vec::new();
-        let mut asn_countries: HashMap<u32, Vec<(Country, u64)>> = HashMap::new();
+        let firsts: Vec<u32> = windows
+            .iter()
+            .map(|window| {
+                let span = u32::try_from(
+                    u64::try_from(window.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .div_ceil(self.bucket_ms),
+                )
+                .unwrap_or(u32::MAX)
+                .max(1);
+                current.saturating_sub(span - 1)
+            })
+            .collect();
+        // The pass visits windows from the newest first bucket to the oldest.
+        let mut order: Vec<usize> = (0..windows.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(firsts[i]));
+        let ordered_firsts: Vec<u32> = order.iter().map(|&i| firsts[i]).collect();
+        let mut parts: Vec<Parts> = windows.iter().map(|_| Parts::default()).collect();
         let mut acc = Accumulator::new();
+        let mut aggs: Vec<Agg> = Vec::with_capacity(windows.len());
         for (packed, cell) in &self.cells {
-            let key = &BaseKey::unpack(*packed);
+            let key = BaseKey::unpack(*packed);
             acc.clear();
-            let (failures, newest) = cell.add_window(first, current, &mut acc);
-            let agg = Agg {
-                sketch: acc.to_sketch(),
-                failures,
-                newest,
-            };
-            if agg.samples() == 0 {
-                continue;
-            }
-            if let (Some(a), Some(c)) = (key.asn, key.country) {
-                let list = asn_countries.entry(a).or_default();
-                match list.iter_mut().find(|(cc, _)| *cc == c) {
-                    Some(e) => e.1 += agg.samples(),
-                    None => list.push((c, agg.samples())),
+            aggs.clear();
+            cell.add_windows(&ordered_firsts, current, &mut acc, &mut aggs);
+            for (agg, &w) in aggs.drain(..).zip(&order) {
+                if let Some(p) = parts.get_mut(w) {
+                    p.add(key, agg);
                 }
             }
-            let net = ClientNetwork::new(key.asn, key.country);
-            let mut cuts_of = net.cuts();
-            if net.asn.is_none() && net.country.is_none() {
-                cuts_of = vec![NetworkKey::Global];
-            }
-            for cut in cuts_of {
-                let k = CutKey {
-                    metric: key.metric,
-                    network: cut,
-                    provider: key.provider,
-                };
-                cuts.entry(k).or_default().merge(&agg);
-            }
-            base.push((*key, agg));
         }
-        let dominant = asn_countries
+        parts
+            .into_iter()
+            .zip(windows)
+            .map(|(p, &window)| p.into_snapshot(self, now, window))
+            .collect()
+    }
+
+    /// Rolls the buckets of the `window` ending at `now` up into every cut.
+    pub fn snapshot(&self, now: Timestamp, window: Duration) -> Snapshot {
+        self.snapshots(now, &[window])
+            .pop()
+            .unwrap_or_else(|| Parts::default().into_snapshot(self, now, window))
+    }
+}
+
+/// A snapshot under construction: the cuts, the base cells and each ASN's countries.
+#[derive(Default)]
+struct Parts {
+    cuts: HashMap<CutKey, Agg>,
+    base: Vec<(BaseKey, Agg)>,
+    asn_countries: HashMap<u32, Vec<(Country, u64)>>,
+}
+
+impl Parts {
+    fn add(&mut self, key: BaseKey, agg: Agg) {
+        if agg.samples() == 0 {
+            return;
+        }
+        if let (Some(a), Some(c)) = (key.asn, key.country) {
+            let list = self.asn_countries.entry(a).or_default();
+            match list.iter_mut().find(|(cc, _)| *cc == c) {
+                Some(e) => e.1 += agg.samples(),
+                None => list.push((c, agg.samples())),
+            }
+        }
+        let net = ClientNetwork::new(key.asn, key.country);
+        let mut cuts_of = net.cuts();
+        if net.asn.is_none() && net.country.is_none() {
+            cuts_of = vec![NetworkKey::Global];
+        }
+        for cut in cuts_of {
+            let k = CutKey {
+                metric: key.metric,
+                network: cut,
+                provider: key.provider,
+            };
+            self.cuts.entry(k).or_default().merge(&agg);
+        }
+        self.base.push((key, agg));
+    }
+
+    fn into_snapshot(self, board: &Scoreboard, now: Timestamp, window: Duration) -> Snapshot {
+        let dominant = self
+            .asn_countries
             .into_iter()
             .filter_map(|(a, list)| {
                 list.into_iter()
@@ -920,11 +1134,11 @@ impl Scoreboard {
         Snapshot {
             at: now,
             window,
-            min_samples: self.config.min_samples,
-            fresh_for: self.config.fresh_for,
-            providers: self.providers.clone(),
-            cuts,
-            base,
+            min_samples: board.config.min_samples,
+            fresh_for: board.config.fresh_for,
+            providers: board.providers.clone(),
+            cuts: self.cuts,
+            base: self.base,
             dominant_country: dominant,
         }
     }
@@ -954,6 +1168,55 @@ impl Agg {
 
     fn samples(&self) -> u64 {
         self.sketch.count() + self.failures
+    }
+}
+
+/// Two providers compared on the same probe loads (same user, same moment): how many loads
+/// timed both, the typical ratio, and how much of the two providers' spread the users share.
+///
+/// The spreads are read robustly, as the interquartile range of the log times over 1.349
+/// (a log-normal's σ; one pathological fetch moves it no more than any other slow one). With
+/// `σa`, `σb` the two providers' own and `σd` their ratio's, the correlation of one load's two
+/// log times is `(σa² + σb² - σd²) / (2 σa σb)`: near 1 when the users' own speed (device,
+/// last mile) makes most of the spread, near 0 when every fetch is a fresh draw. The variance
+/// of the difference of the two providers' estimates shrinks by that correlation, which is
+/// what lets a paired cohort be judged on fewer loads than independent samples need.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Pairing {
+    /// Probe loads that timed both providers successfully.
+    pub pairs: u64,
+    /// The median, over those loads, of the first provider's time over the second's.
+    pub median_ratio: f64,
+    /// The correlation of one load's two log times, -1 to 1.
+    pub correlation: f64,
+}
+
+impl Pairing {
+    /// From the two providers' probe cells and their pair cell; `swap` when the pair cell's
+    /// ratio is the second provider's over the first's.
+    fn of(a: &Agg, b: &Agg, ratio: &Agg, swap: bool) -> Option<Pairing> {
+        let spread = |agg: &Agg| -> Option<f64> {
+            let [q25, q75] = agg.sketch.quantiles(&[0.25, 0.75]);
+            let (q25, q75) = (q25?, q75?);
+            (q25 > 0.0 && q75 >= q25).then(|| (q75 / q25).ln() / 1.349)
+        };
+        let pairs = ratio.sketch.count();
+        if pairs == 0 {
+            return None;
+        }
+        let (sa, sb, sd) = (spread(a)?, spread(b)?, spread(ratio)?);
+        let median = ratio.sketch.quantile(0.5)?;
+        let median_ratio = if swap { 1.0 / median } else { median };
+        let correlation = if sa > 0.0 && sb > 0.0 {
+            ((sa * sa + sb * sb - sd * sd) / (2.0 * sa * sb)).clamp(-1.0, 1.0)
+        } else {
+            0.0
+        };
+        (median_ratio.is_finite() && correlation.is_finite()).then_some(Pairing {
+            pairs,
+            median_ratio,
+            correlation,
+        })
     }
 }
 
@@ -1180,6 +1443,58 @@ impl Snapshot {
         first.unwrap_or_else(|| self.view_of(NetworkKey::Global, None, metric))
     }
 
+    /// The paired comparison of providers `a` and `b` at one cut, from the probe loads that
+    /// timed both; `None` without such loads, or when either provider cannot be paired.
+    pub fn pairing(&self, network: NetworkKey, a: &ProviderId, b: &ProviderId) -> Option<Pairing> {
+        let (sa, sb) = (self.slot(a)?, self.slot(b)?);
+        let (lo, hi) = (sa.min(sb), sa.max(sb));
+        if lo == hi || hi >= PAIR_SLOTS {
+            return None;
+        }
+        let get = |metric, provider| {
+            self.cuts.get(&CutKey {
+                metric,
+                network,
+                provider,
+            })
+        };
+        Pairing::of(
+            get(Metric::Probe, sa)?,
+            get(Metric::Probe, sb)?,
+            get(Metric::Pair, pair_code(lo, hi))?,
+            sa > sb,
+        )
+    }
+
+    /// [`Snapshot::pairing`] over every client network `include` accepts (a region's traffic
+    /// without its carved-out networks).
+    pub fn pairing_where(
+        &self,
+        a: &ProviderId,
+        b: &ProviderId,
+        include: impl Fn(&ClientNetwork) -> bool,
+    ) -> Option<Pairing> {
+        let (sa, sb) = (self.slot(a)?, self.slot(b)?);
+        let (lo, hi) = (sa.min(sb), sa.max(sb));
+        if lo == hi || hi >= PAIR_SLOTS {
+            return None;
+        }
+        let code = pair_code(lo, hi);
+        let (mut aa, mut ab, mut ratio) = (Agg::default(), Agg::default(), Agg::default());
+        for (key, agg) in &self.base {
+            let into = match (key.metric, key.provider) {
+                (Metric::Probe, p) if p == sa => &mut aa,
+                (Metric::Probe, p) if p == sb => &mut ab,
+                (Metric::Pair, p) if p == code => &mut ratio,
+                _ => continue,
+            };
+            if include(&ClientNetwork::new(key.asn, key.country)) {
+                into.merge(agg);
+            }
+        }
+        Pairing::of(&aa, &ab, &ratio, sa > sb)
+    }
+
     /// When the newest sample in the window arrived (any metric, any provider), `None` when the
     /// window holds none. This is the engine's `data_as_of`: read from the data itself, so
     /// the deadman fires when beacons stop whatever the caller does.
@@ -1290,7 +1605,18 @@ impl<'de> Deserialize<'de> for Scoreboard {
             return Err(D::Error::custom("providers must be sorted and unique"));
         }
         for (key, cell) in wire.cells {
-            if usize::from(key.provider) >= sb.providers.len() {
+            let slots = if key.metric == Metric::Pair {
+                let (a, b) = pair_slots(key.provider);
+                if a >= b {
+                    return Err(D::Error::custom(format!(
+                        "a pair cell names slots {a} and {b}; the lower comes first"
+                    )));
+                }
+                b
+            } else {
+                key.provider
+            };
+            if usize::from(slots) >= sb.providers.len() {
                 return Err(D::Error::custom(format!(
                     "a cell names provider slot {} of {}",
                     key.provider,
@@ -1523,6 +1849,124 @@ mod tests {
         );
     }
 
+    /// Probe loads of `network`: each user's speed `u` shared by both providers' times
+    /// (`fastly · u · f1`, `cloudflare · u · f2`, the fetch factors 0.9-1.1); returns the exact
+    /// median of the loads' fastly/cloudflare ratios.
+    fn probe_loads(sb: &mut Scoreboard, network: ClientNetwork, n: u64, shared: bool) -> f64 {
+        let slots = [
+            sb.provider_slot("fastly").unwrap(),
+            sb.provider_slot("cloudflare").unwrap(),
+        ];
+        let mut ratios = Vec::new();
+        for i in 0..n {
+            let at = Timestamp::from_secs(1000 + i);
+            // A user's speed spread over 0.5-2×; fetches within ±10%.
+            let user = |k: u64| 0.5 * 4f64.powf(((k * 37) % 101) as f64 / 100.0);
+            let fetch = |k: u64| 0.9 + 0.2 * ((k * 53) % 89) as f64 / 88.0;
+            let (uf, uc) = if shared {
+                (user(i), user(i))
+            } else {
+                // Another user, drawn independently (a multiplicative hash of the load).
+                (user(i), user(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40))
+            };
+            let times = [
+                (slots[0], Some(100.0 * uf * fetch(i))),
+                (slots[1], Some(80.0 * uc * fetch(i + 11))),
+            ];
+            for (provider, value) in times {
+                sb.insert(&Sample {
+                    at,
+                    metric: Metric::Probe,
+                    provider,
+                    network,
+                    value,
+                });
+            }
+            sb.insert_pairs(at, network, &times);
+            if let [(_, Some(a)), (_, Some(b))] = times {
+                ratios.push(a / b);
+            }
+        }
+        ratios.sort_by(f64::total_cmp);
+        ratios[ratios.len() / 2]
+    }
+
+    #[test]
+    fn probe_loads_pair_their_providers_through_merges_serialisation_and_new_providers() {
+        let now = Timestamp::from_secs(2000);
+        let window = Duration::from_secs(3600);
+        let (f, c) = (p("fastly"), p("cloudflare"));
+        let mut sb = board();
+        let truth = probe_loads(&mut sb, net(7922, "US"), 400, true);
+        probe_loads(&mut sb, net(3320, "DE"), 400, false);
+        let snap = sb.snapshot(now, window);
+        // The users' shared speed makes most of the spread: the times correlate strongly.
+        let same = snap.pairing(NetworkKey::Asn(7922), &f, &c).unwrap();
+        assert_eq!(same.pairs, 400);
+        assert!(same.correlation > 0.9, "{same:?}");
+        // Within the sketch's 1% bins of the loads' own median ratio.
+        assert!(
+            (same.median_ratio / truth - 1.0).abs() < 0.02,
+            "{same:?}, truth {truth}"
+        );
+        // Either order reads the same comparison, the ratio inverted.
+        let back = snap.pairing(NetworkKey::Asn(7922), &c, &f).unwrap();
+        assert!((back.median_ratio * same.median_ratio - 1.0).abs() < 1e-9);
+        assert_eq!(back.correlation, same.correlation);
+        // Independent draws: no correlation to speak of.
+        let apart = snap.pairing(NetworkKey::Asn(3320), &f, &c).unwrap();
+        assert!(apart.correlation.abs() < 0.4, "{apart:?}");
+        // Coarser cuts and a region's networks add the pairs up.
+        assert_eq!(snap.pairing(NetworkKey::Global, &f, &c).unwrap().pairs, 800);
+        let us = snap.pairing_where(&f, &c, |n| n.asn == Some(7922)).unwrap();
+        assert_eq!(us, same);
+        // Pairs are not samples: the probe cells and the quality counts are as without them.
+        assert_eq!(
+            snap.cell(Metric::Probe, NetworkKey::Asn(7922), &f)
+                .stats
+                .samples,
+            400
+        );
+        assert_eq!(sb.quality().stored, 1600);
+        assert!(snap.pairing(NetworkKey::Asn(1), &f, &c).is_none());
+        assert!(snap.pairing(NetworkKey::Asn(7922), &f, &f).is_none());
+
+        // Two shards merge to the same pairing; it survives serialisation.
+        let (mut a, mut b) = (board(), board());
+        probe_loads(&mut a, net(7922, "US"), 200, true);
+        probe_loads(&mut b, net(7922, "US"), 400, true);
+        let mut whole = board();
+        probe_loads(&mut whole, net(7922, "US"), 200, true);
+        probe_loads(&mut whole, net(7922, "US"), 400, true);
+        a.merge(&b).unwrap();
+        let read = |sb: &Scoreboard| {
+            sb.snapshot(now, window)
+                .pairing(NetworkKey::Asn(7922), &f, &c)
+                .unwrap()
+        };
+        assert_eq!(read(&a), read(&whole));
+        let json = serde_json::to_string(&a).unwrap();
+        let back: Scoreboard = serde_json::from_str(&json).unwrap();
+        assert_eq!(read(&back), read(&whole));
+
+        // A provider that sorts between the two moves cloudflare's slot; the pair follows.
+        let before = read(&sb);
+        sb.add_provider(p("cdn77")).unwrap();
+        assert_eq!(read(&sb), before);
+
+        // A pair cell naming its slots the wrong way round is refused.
+        let bad = json.replacen(
+            "\"metric\":\"pair\",\"provider\":1",
+            "\"metric\":\"pair\",\"provider\":256",
+            1,
+        );
+        assert_ne!(bad, json, "the serialised pair cell");
+        let err = serde_json::from_str::<Scoreboard>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the lower comes first"), "{err}");
+    }
+
     #[test]
     fn refuses_settings_that_cannot_work() {
         let err = Scoreboard::new(
@@ -1542,8 +1986,8 @@ mod tests {
 
     #[test]
     fn cell_keys_unpack_to_what_was_packed() {
-        for metric in [Metric::Ttfb, Metric::Probe] {
-            for provider in [0u16, 1, 4095] {
+        for metric in [Metric::Ttfb, Metric::Probe, Metric::Pair] {
+            for provider in [0u16, 1, 4095, pair_code(254, 255)] {
                 for asn in [None, Some(0), Some(7922), Some(u32::MAX)] {
                     for country in [
                         None,

@@ -57,7 +57,7 @@ impl Percentile {
         }
     }
 
-    fn read(self, cell: &CellStats) -> Option<f64> {
+    pub(crate) fn read(self, cell: &CellStats) -> Option<f64> {
         match self {
             Percentile::P50 => cell.p50,
             Percentile::P75 => cell.p75,
@@ -76,9 +76,40 @@ impl Percentile {
     }
 }
 
-fn latency(p: Percentile, min_samples: u64, cell: &CellStats) -> Score {
-    if cell.samples < min_samples {
-        return cannot(format!("{} samples, {} needed", cell.samples, min_samples));
+/// The minimum a cell needs: `min_samples` samples, or `min_pairs` samples that are each one
+/// of `min_pairs` paired loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Minimum {
+    samples: u64,
+    pairs: u64,
+}
+
+impl Minimum {
+    fn unpaired(samples: u64) -> Minimum {
+        Minimum {
+            samples,
+            pairs: samples,
+        }
+    }
+
+    fn refuses(&self, cell: &CellStats) -> Option<String> {
+        if cell.samples >= self.samples {
+            return None;
+        }
+        match cell.pairs {
+            Some(pairs) if pairs >= self.pairs && cell.samples >= self.pairs => None,
+            Some(pairs) => Some(format!(
+                "{} samples and {pairs} pairs, {} samples or {} pairs needed",
+                cell.samples, self.samples, self.pairs
+            )),
+            None => Some(format!("{} samples, {} needed", cell.samples, self.samples)),
+        }
+    }
+}
+
+fn latency(p: Percentile, min: Minimum, cell: &CellStats) -> Score {
+    if let Some(why) = min.refuses(cell) {
+        return cannot(why);
     }
     match p.read(cell) {
         Some(v) if v.is_finite() => Score::Value { value: v },
@@ -89,19 +120,27 @@ fn latency(p: Percentile, min_samples: u64, cell: &CellStats) -> Score {
 /// Scores by the cell's p75 TTFB.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct P75Ttfb {
-    min_samples: u64,
+    min: Minimum,
 }
 
 impl P75Ttfb {
-    /// Refuses cells under `min_samples`.
+    /// Refuses cells under `min_samples`, paired or not.
     pub fn new(min_samples: u64) -> P75Ttfb {
-        P75Ttfb { min_samples }
+        P75Ttfb {
+            min: Minimum::unpaired(min_samples),
+        }
+    }
+
+    /// Accepts a paired cell from `min_pairs` pairs.
+    pub fn min_pairs(mut self, min_pairs: u64) -> Self {
+        self.min.pairs = min_pairs;
+        self
     }
 }
 
 impl Scorer for P75Ttfb {
     fn score(&self, _provider: &ProviderId, cell: &CellStats) -> Score {
-        latency(Percentile::P75, self.min_samples, cell)
+        latency(Percentile::P75, self.min, cell)
     }
 }
 
@@ -112,27 +151,37 @@ impl Scorer for P75Ttfb {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AvailabilityThenLatency {
     threshold: f64,
-    min_samples: u64,
+    min: Minimum,
     percentile: Percentile,
 }
 
 impl AvailabilityThenLatency {
-    /// `threshold` is a fraction (0.99 for 99%).
+    /// `threshold` is a fraction (0.99 for 99%); cells under `min_samples` are refused,
+    /// paired or not.
     pub fn new(threshold: f64, min_samples: u64) -> AvailabilityThenLatency {
         AvailabilityThenLatency {
             threshold,
-            min_samples,
+            min: Minimum::unpaired(min_samples),
             percentile: Percentile::P75,
         }
     }
 
-    /// The policy's threshold, minimum samples and percentile.
+    /// The policy's threshold, minimum samples and pairs, and percentile.
     pub fn from_policy(rum: &RumPolicy) -> AvailabilityThenLatency {
         AvailabilityThenLatency {
             threshold: rum.availability_threshold.fraction(),
-            min_samples: rum.min_samples,
+            min: Minimum {
+                samples: rum.min_samples,
+                pairs: rum.min_pairs,
+            },
             percentile: Percentile::nearest(rum.percentile),
         }
+    }
+
+    /// Accepts a paired cell from `min_pairs` pairs.
+    pub fn min_pairs(mut self, min_pairs: u64) -> Self {
+        self.min.pairs = min_pairs;
+        self
     }
 
     /// Reads another percentile.
@@ -153,7 +202,7 @@ impl Scorer for AvailabilityThenLatency {
                 self.threshold * 100.0
             ));
         }
-        latency(self.percentile, self.min_samples, cell)
+        latency(self.percentile, self.min, cell)
     }
 }
 
