@@ -20,11 +20,12 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use multicdn_core::{CohortId, CohortPlan, NetworkKey, Policy, ProviderId, Timestamp, Weights};
 use multicdn_steering::engine::{
-    CohortInput, EngineState, Inputs, ProviderEvidence, ProviderHealth, decide,
+    CohortInput, EngineState, Inputs, PairedEvidence, ProviderEvidence, ProviderHealth, decide,
 };
 use multicdn_steering::journal::{Guardrail, Rule};
 
@@ -88,27 +89,48 @@ fn inputs(
             // Samples follow the traffic share; a tenth of the cohorts are thin whatever
             // their share: under min_samples, they cannot move.
             let busy = (shares[i] * 200_000_000.0) as u64;
+            let evidence: Arc<[ProviderEvidence]> = providers
+                .iter()
+                .enumerate()
+                .map(|(k, p)| {
+                    let samples = if i % 10 == 3 {
+                        50 + next() % 150
+                    } else {
+                        300 + busy + next() % 2000
+                    };
+                    let noise = (next() % 100) as f64 / 20.0;
+                    let score = base + noise + if k == gap.slow { gap.ms } else { 0.0 };
+                    ProviderEvidence::new(p.clone(), Some(score), samples)
+                        .with_stderr(Some(0.5 * score / (samples as f64).sqrt()))
+                })
+                .collect();
+            // Half the cohorts measured on the paired probe: every two providers compared on
+            // the loads that timed both (the thin ones among them judged from `min_pairs`).
+            let pairings: Arc<[PairedEvidence]> = if i % 2 == 0 {
+                let mut out = Vec::new();
+                for (a, ea) in evidence.iter().enumerate() {
+                    for eb in &evidence[a + 1..] {
+                        out.push(PairedEvidence {
+                            a: ea.provider.clone(),
+                            b: eb.provider.clone(),
+                            pairs: ea.samples.min(eb.samples),
+                            correlation: 0.6 + (next() % 30) as f64 / 100.0,
+                        });
+                    }
+                }
+                out.into()
+            } else {
+                Arc::from(vec![])
+            };
             CohortInput {
                 cohort: id.clone(),
                 networks: [NetworkKey::Asn(asn)].into(),
                 parent: Some(CohortId::new("default").unwrap()),
                 share: shares[i],
                 cut: Some(NetworkKey::Asn(asn)),
-                evidence: providers
-                    .iter()
-                    .enumerate()
-                    .map(|(k, p)| {
-                        let samples = if i % 10 == 3 {
-                            50 + next() % 150
-                        } else {
-                            300 + busy + next() % 2000
-                        };
-                        let noise = (next() % 100) as f64 / 20.0;
-                        let score = base + noise + if k == gap.slow { gap.ms } else { 0.0 };
-                        ProviderEvidence::new(p.clone(), Some(score), samples)
-                            .with_stderr(Some(0.5 * score / (samples as f64).sqrt()))
-                    })
-                    .collect(),
+                evidence,
+                pairings,
+                experienced: Arc::from(vec![]),
             }
         })
         .collect()

@@ -1,6 +1,8 @@
-//! The evidence rules as properties: a thin cohort never moves on a coarser cut; paired
-//! evidence with equal providers never moves (whatever the navigation beacons' cache bias);
-//! recovery never moves toward a provider the cohort's own evidence shows slower beyond the gap.
+//! The evidence rules as properties: a thin cohort never moves on a coarser cut, paired or not;
+//! paired evidence with equal providers never moves (whatever the navigation beacons' cache
+//! bias, however few the pairs); paired evidence with a clear gap moves a cohort too thin for
+//! independent samples; recovery never moves toward a provider the cohort's own evidence shows
+//! slower beyond the gap.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
@@ -8,77 +10,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use multicdn_core::{
-    CohortId, CohortPlan, Country, NetworkKey, Policy, ProviderId, SteeringPlan, Timestamp, Weights,
-};
+use multicdn_core::{CohortPlan, Country, NetworkKey, Policy, SteeringPlan, Timestamp};
 use multicdn_steering::beacon::ClientNetwork;
 use multicdn_steering::engine::{
     CohortInput, EngineState, Inputs, ProviderEvidence, ProviderHealth, cohorts::cohort_inputs,
     decide,
 };
 use multicdn_steering::journal::Rule;
-use multicdn_steering::scoreboard::{Metric, Sample, Scoreboard, ScoreboardConfig};
+use multicdn_steering::scoreboard::{Metric, Sample, Scoreboard};
 use multicdn_steering::scorer::AvailabilityThenLatency;
 use proptest::prelude::*;
 
-const POLICY: &str = r#"
-site: {host: www.example.com}
-providers:
-  fastly: {kind: fastly, edge_host: f.example.net, service_id: svc}
-  cloudflare: {kind: cloudflare, edge_host: c.example.net, zone_id: zone}
-health: {path: /h, expect: ok, regions: [a, b, c]}
-steering:
-  record: www.example.com
-  zone: example.com
-  regions:
-    - name: europe
-      match: [DE, FR]
-      weights: {fastly: 90%, cloudflare: 10%}
-    - name: default
-      match: ["*"]
-      weights: {fastly: 50%, cloudflare: 50%}
-  floors: {measurement: 10%}
-  failover: {steps: [50%, 100%], interval: 1m}
-  rum: {min_samples: 200, window: 1h, relative_gap: 10%, absolute_gap: 20ms, switch_back_factor: 1.5, step: 20%, settle: 10m}
-  guardrails: {max_moved_per_hour: 100%, max_change_per_cohort: 100%, stale_after: 15m}
-"#;
+mod common;
+use common::{Rng, board, c, p, w};
 
-fn p(s: &str) -> ProviderId {
-    ProviderId::new(s).unwrap()
-}
-
-fn c(s: &str) -> CohortId {
-    CohortId::new(s).unwrap()
-}
-
-fn w(fastly: u32) -> Weights {
-    Weights::new([(p("fastly"), fastly), (p("cloudflare"), 10_000 - fastly)]).unwrap()
-}
-
-/// A small deterministic generator (xorshift) for the beacons' noise.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
-        let z = (-2.0 * self.next().ln()).sqrt() * (2.0 * std::f64::consts::PI * self.next()).cos();
-        median * (sigma * z).exp()
-    }
-}
-
-fn board(policy: &Policy) -> Scoreboard {
-    Scoreboard::new(
-        ScoreboardConfig::from_policy(&policy.steering.rum),
-        &policy.provider_ids(),
-    )
-    .unwrap()
-}
+const RUM: &str = "{min_samples: 200, window: 1h, relative_gap: 10%, absolute_gap: 20ms, switch_back_factor: 1.5, step: 20%, settle: 10m}";
 
 #[allow(clippy::too_many_arguments)]
 fn add(
@@ -104,8 +50,196 @@ fn add(
     }
 }
 
+/// `n` probe loads of one network that timed both providers: each load's user factor
+/// (log-normal σ `user`) is shared by both times, each fetch adds its own (σ 0.15).
+#[allow(clippy::too_many_arguments)]
+fn add_paired(
+    board: &mut Scoreboard,
+    rng: &mut Rng,
+    now: Timestamp,
+    asn: u32,
+    n: u64,
+    fastly: f64,
+    cloudflare: f64,
+    user: f64,
+) {
+    let slots = [
+        board.provider_slot("fastly").unwrap(),
+        board.provider_slot("cloudflare").unwrap(),
+    ];
+    let network = ClientNetwork::new(Some(asn), Some(Country::new("DE").unwrap()));
+    for i in 0..n {
+        let at = Timestamp::from_millis(now.as_millis() - 1 - (i * 7) % 1_800_000);
+        let u = rng.lognormal(1.0, user);
+        let times = [
+            (slots[0], Some(fastly * u * rng.lognormal(1.0, 0.15))),
+            (slots[1], Some(cloudflare * u * rng.lognormal(1.0, 0.15))),
+        ];
+        for (provider, value) in times {
+            board.insert(&Sample {
+                at,
+                metric: Metric::Probe,
+                provider,
+                network,
+                value,
+            });
+        }
+        board.insert_pairs(at, network, &times);
+    }
+}
+
+/// One round on the board's last hour, from the static plan (plus `plan`'s changes).
+fn round(
+    policy: &Policy,
+    b: &Scoreboard,
+    now: Timestamp,
+    plan: &SteeringPlan,
+) -> (Vec<CohortInput>, multicdn_steering::engine::Decision) {
+    let snapshot = b.snapshot(now, Duration::from_secs(3600));
+    let scorer = AvailabilityThenLatency::from_policy(&policy.steering.rum);
+    let cohorts = cohort_inputs(policy, &snapshot, Metric::Ttfb, &scorer, plan);
+    let d = decide(
+        now,
+        &Inputs {
+            policy,
+            current: plan,
+            cohorts: &cohorts,
+            health: &BTreeMap::new(),
+            data_as_of: snapshot.newest_sample(),
+            state: &EngineState::new(),
+        },
+    );
+    (cohorts, d)
+}
+
+/// 120 paired loads at AS3320 (fewer than `min_samples`, more than `min_pairs`), fastly 40%
+/// slower: the paired cohort is judged and moves, with the pairing in the journal's note;
+/// the same times as independent samples are too thin to judge at all.
+#[test]
+fn paired_evidence_moves_a_cohort_too_thin_for_independent_samples() {
+    let policy = common::policy(RUM);
+    let now = Timestamp::parse_rfc3339("2027-03-02T12:00:00Z").unwrap();
+    let plan = policy.static_plan();
+
+    let nav = |b: &mut Scoreboard, rng: &mut Rng| {
+        add(b, rng, now, 3320, Metric::Ttfb, "fastly", 1_080, 98.0);
+        add(b, rng, now, 3320, Metric::Ttfb, "cloudflare", 120, 70.0);
+    };
+    let mut b = board(&policy);
+    let mut rng = Rng(7);
+    add_paired(&mut b, &mut rng, now, 3320, 120, 98.0, 70.0, 0.4);
+    nav(&mut b, &mut rng);
+    let (cohorts, d) = round(&policy, &b, now, &plan);
+    let input = cohorts
+        .iter()
+        .find(|i| i.cohort == c("as3320"))
+        .expect("AS3320 is judged");
+    assert_eq!(input.pairings.len(), 1, "{input:?}");
+    assert_eq!(input.pairings[0].pairs, 120);
+    assert!(input.pairings[0].correlation > 0.6, "{input:?}");
+    let moved: Vec<_> = d
+        .journal
+        .iter()
+        .filter(|e| e.cohort == c("as3320"))
+        .collect();
+    assert_eq!(moved.len(), 1, "{:?}", d.journal);
+    assert_eq!(moved[0].rule, Rule::Rum);
+    assert!(moved[0].after.get(&p("cloudflare")) > moved[0].before.get(&p("cloudflare")));
+    assert!(
+        moved[0].evidence.note.contains("paired on 120 probe loads"),
+        "{}",
+        moved[0]
+    );
+
+    // The same loads, their pairs not recorded.
+    let mut b = board(&policy);
+    let mut rng = Rng(7);
+    add(
+        &mut b,
+        &mut rng,
+        now,
+        3320,
+        Metric::Probe,
+        "fastly",
+        120,
+        98.0,
+    );
+    add(
+        &mut b,
+        &mut rng,
+        now,
+        3320,
+        Metric::Probe,
+        "cloudflare",
+        120,
+        70.0,
+    );
+    nav(&mut b, &mut rng);
+    let (cohorts, d) = round(&policy, &b, now, &plan);
+    assert!(
+        cohorts.iter().all(|i| i.cohort != c("as3320")),
+        "{cohorts:?}"
+    );
+    assert!(d.journal.iter().all(|e| e.cohort != c("as3320")));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The thin-cohort rule with paired probes: AS3320's pairs are fewer than `min_pairs`;
+    /// its country's, another network's, show cloudflare far faster. It holds.
+    #[test]
+    fn a_thinly_paired_cohort_never_moves_on_a_coarser_cut(
+        own in 0u64..80,
+        gap in 30.0f64..200.0,
+        seed in 1u64..u64::MAX,
+    ) {
+        let policy = common::policy(RUM);
+        let now = Timestamp::parse_rfc3339("2027-03-02T12:00:00Z").unwrap();
+        let mut b = board(&policy);
+        let mut rng = Rng(seed);
+        add_paired(&mut b, &mut rng, now, 64_600, 2_000, 60.0 + gap, 60.0, 0.3);
+        add_paired(&mut b, &mut rng, now, 3320, own, 60.0 + gap, 60.0, 0.3);
+        for (prov, median) in [("fastly", 60.0 + gap), ("cloudflare", 60.0)] {
+            add(&mut b, &mut rng, now, 64_600, Metric::Ttfb, prov, 2_000, median);
+            add(&mut b, &mut rng, now, 3320, Metric::Ttfb, prov, own, median);
+        }
+        let mut plan = policy.static_plan();
+        plan.cohorts.insert(0, CohortPlan {
+            cohort: c("as3320"),
+            networks: [NetworkKey::Asn(3320)].into(),
+            weights: w(5_000),
+        });
+        let (cohorts, d) = round(&policy, &b, now, &plan);
+        prop_assert!(cohorts.iter().all(|i| i.cohort != c("as3320")), "thin AS3320 got an input");
+        prop_assert!(d.journal.iter().all(|e| e.cohort != c("as3320")));
+        prop_assert_eq!(&d.plan.cohort(&c("as3320")).unwrap().weights, &w(5_000));
+    }
+
+    /// Both providers equally fast on paired loads, from `min_pairs` up, users' own speed
+    /// spread wide: the paired test's smaller error still sees no gap. Nothing moves.
+    #[test]
+    fn equal_providers_never_move_however_few_the_pairs(
+        n in 80u64..400,
+        median in 20.0f64..200.0,
+        user in 0.1f64..0.6,
+        seed in 1u64..u64::MAX,
+    ) {
+        let policy = common::policy(RUM);
+        let now = Timestamp::parse_rfc3339("2027-03-02T12:00:00Z").unwrap();
+        let mut b = board(&policy);
+        let mut rng = Rng(seed);
+        add_paired(&mut b, &mut rng, now, 3320, n, median, median, user);
+        add(&mut b, &mut rng, now, 3320, Metric::Ttfb, "fastly", 9 * n, median);
+        add(&mut b, &mut rng, now, 3320, Metric::Ttfb, "cloudflare", n, median + 80.0);
+        let (cohorts, d) = round(&policy, &b, now, &policy.static_plan());
+        prop_assert!(cohorts.iter().any(|i| i.cohort == c("as3320")), "AS3320 is judged");
+        prop_assert!(
+            d.journal.iter().all(|e| e.rule != Rule::Rum),
+            "{:?}",
+            d.journal.iter().map(ToString::to_string).collect::<Vec<_>>()
+        );
+    }
 
     /// AS3320 steers as its own cohort (carved out at 50/50), but its own cells are thin; its
     /// country's cut, dominated by another network, shows cloudflare far faster. It holds.
@@ -115,7 +249,7 @@ proptest! {
         gap in 30.0f64..200.0,
         seed in 1u64..u64::MAX,
     ) {
-        let policy = Policy::from_yaml(POLICY, "policy.yaml").unwrap();
+        let policy = common::policy(RUM);
         let now = Timestamp::parse_rfc3339("2027-03-02T12:00:00Z").unwrap();
         let mut b = board(&policy);
         let mut rng = Rng(seed);
@@ -156,7 +290,7 @@ proptest! {
         miss in 50.0f64..300.0,
         seed in 1u64..u64::MAX,
     ) {
-        let policy = Policy::from_yaml(POLICY, "policy.yaml").unwrap();
+        let policy = common::policy(RUM);
         let now = Timestamp::parse_rfc3339("2027-03-02T12:00:00Z").unwrap();
         let mut b = board(&policy);
         let mut rng = Rng(seed);
@@ -190,7 +324,7 @@ proptest! {
         gap in 40.0f64..300.0,
         up_after in 2u64..30,
     ) {
-        let policy = Policy::from_yaml(POLICY, "policy.yaml").unwrap();
+        let policy = common::policy(RUM);
         let t0 = Timestamp::parse_rfc3339("2027-03-02T12:00:00Z").unwrap();
         let input = CohortInput {
             cohort: c("europe"),
@@ -202,6 +336,8 @@ proptest! {
                 ProviderEvidence::new(p("cloudflare"), Some(80.0), 5_000).with_stderr(Some(1.0)),
                 ProviderEvidence::new(p("fastly"), Some(80.0 + gap), 5_000).with_stderr(Some(1.0)),
             ]),
+            pairings: Arc::from(vec![]),
+            experienced: Arc::from(vec![]),
         };
         let mut plan: SteeringPlan = policy.static_plan();
         let mut state = EngineState::new();

@@ -1,35 +1,55 @@
-//! Building the engine's inputs from a scoreboard snapshot: one [`CohortInput`] per ASN whose
-//! own cells are steerable for every provider, and one per region of the policy, scored on the
+//! Building the engine's inputs from scoreboard snapshots: one [`CohortInput`] per ASN whose
+//! own cells are sufficient for every provider, and one per region of the policy, scored on the
 //! traffic that region serves: the networks it matches first, without the carved-out ASNs.
 //!
-//! **Which signal decides.** The paired client probe ([`Metric::Probe`]: every provider timed
-//! on the same small object by the same user at the same moment) decides wherever a cohort has
-//! probe samples: both providers are measured on one population, so a provider's colder cache
-//! at the 10% floor does not count against it. Navigation TTFB (`metric`) decides only where no
-//! probe runs at all, and it carries that bias (the minor provider's misses): say so when you
-//! read its moves. The traffic share that weights the hourly cap always comes from `metric`.
+//! **Which signal decides.** Providers are compared on evidence the comparison itself does not
+//! bias. A provider at the 10% measurement floor has a colder cache than one at 90%, so raw
+//! navigation TTFB favours whoever already has the traffic (the minor provider's misses carry
+//! the origin fetch). In order:
+//!
+//! 1. The paired client probe ([`Metric::Probe`]): every provider timed on the same small,
+//!    always-cached object by the same user at the same moment. Its pairs
+//!    ([`Snapshot::pairing`]) let a cohort be judged from `min_pairs` loads, the users' own
+//!    speed cancelling from the difference.
+//! 2. Navigations the edge served from its cache ([`Metric::TtfbHit`], `Server-Timing`
+//!    `cache=HIT`): no origin fetch in them, and thirty to fifty times as many as probes.
+//! 3. Navigation TTFB (`metric`), only where neither runs at all; it carries the warmth bias.
+//!
+//! Where 1 or 2 decides, what the cohort's users get now, misses included (`metric`), is
+//! attached as [`CohortInput::experienced`]: the engine breaks ties with it, towards the warmer
+//! cache the cohort already mostly uses. The traffic share that weights the hourly cap always
+//! comes from `metric`.
+//!
+//! **Windows.** A network is judged on the policy's `window` when its own evidence there is
+//! sufficient, else on twice, four times... the window up to `max_window`
+//! ([`RumPolicy::windows`](multicdn_core::policy::RumPolicy::windows)): a busy network
+//! reacts within minutes, a sparse one is judged at all. A long window must not hide a change:
+//! a provider whose latest window differs from the long one by more than [`CHANGE_Z`] standard
+//! errors and by a material amount (the policy's gaps), on the deciding signal or on cache
+//! hits, has the change added to its score (and its error widened), so a regional degradation
+//! moves a sparse network within minutes too.
 //!
 //! **Own evidence only.** An ASN is scored on its own cut or not at all: when its cells go thin
-//! it gets no input, so a cohort already in force holds its weights (and rejoins its region once
-//! they equal the region's); it never moves on its country's cut, which other networks
-//! dominate.
+//! in every window it gets no input, so a cohort already in force holds its weights (and rejoins
+//! its region once they equal the region's); it never moves on its country's cut, which other
+//! networks dominate.
 //!
 //! **Spread.** Each score carries its standard error, from the cell's own count and spread:
 //! for the p-quantile `q` of `n` samples, `sqrt(p(1-p)/n) / f(q)`, the density `f` read from the
 //! cell as `0.4 / (p90 - p50)`. The engine requires a gap of
 //! [`SIGNIFICANCE_Z`](super::SIGNIFICANCE_Z) standard errors of the difference besides the
-//! policy's fixed gaps. The two probe estimates come from the same page loads and are
-//! positively correlated; treating them as independent overstates the difference's error, on
-//! the careful side.
+//! policy's fixed gaps; a paired comparison's error shrinks by the correlation of its two
+//! estimates.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use multicdn_core::policy::RumPolicy;
 use multicdn_core::{CellStats, CohortId, NetworkKey, Policy, ProviderId, Scorer, SteeringPlan};
 
-use super::{CohortInput, ProviderEvidence, cohort_id_for};
+use super::{CohortInput, PairedEvidence, ProviderEvidence, cohort_id_for};
 use crate::beacon::ClientNetwork;
-use crate::scoreboard::{CellView, Metric, Snapshot};
+use crate::scoreboard::{CellStatus, CellView, Metric, Pairing, Snapshot};
 use crate::scorer::Percentile;
 
 /// The inputs for every cohort worth deciding on, scored by `scorer` on `metric` (the probe
@@ -42,6 +62,29 @@ pub fn cohort_inputs(
     scorer: &dyn Scorer,
     current: &SteeringPlan,
 ) -> Vec<CohortInput> {
+    cohort_inputs_over(
+        policy,
+        std::slice::from_ref(snapshot),
+        metric,
+        scorer,
+        current,
+    )
+}
+
+/// [`cohort_inputs`] over snapshots of several windows, the shortest first (as
+/// [`Scoreboard::snapshots`](crate::scoreboard::Scoreboard::snapshots) reads them for
+/// [`RumPolicy::windows`](multicdn_core::policy::RumPolicy::windows)): an ASN too thin in one
+/// is judged on the next; regions on the first.
+pub fn cohort_inputs_over(
+    policy: &Policy,
+    ladder: &[Snapshot],
+    metric: Metric,
+    scorer: &dyn Scorer,
+    current: &SteeringPlan,
+) -> Vec<CohortInput> {
+    let Some(snapshot) = ladder.first() else {
+        return Vec::new();
+    };
     let providers = policy.provider_ids();
     let static_plan = policy.static_plan();
     let total = snapshot.samples(metric, NetworkKey::Global).max(1) as f64;
@@ -58,8 +101,18 @@ pub fn cohort_inputs(
     let mut out = Vec::new();
     let percentile = Percentile::nearest(policy.steering.rum.percentile);
 
+    let rum = &policy.steering.rum;
+    let min_pairs = rum.min_pairs;
+    // A cell is scored when steerable, or, for a paired cohort, fresh with `min_pairs`.
+    let usable = |view: &CellView, paired: bool| match view.status {
+        CellStatus::Steerable => true,
+        CellStatus::TooFewSamples { samples, .. } => paired && samples >= min_pairs,
+        _ => false,
+    };
+    // `paired`: the cohort's pairings, when they are enough to judge it on.
     let score = |cohort: &CohortId,
-                 views: Vec<(ProviderId, CellView, Option<f64>)>|
+                 views: Vec<(ProviderId, CellView, Option<f64>)>,
+                 paired: Option<&[PairedEvidence]>|
      -> (Arc<[ProviderEvidence]>, u64) {
         let mut samples = 0;
         let evidence = views
@@ -70,10 +123,15 @@ pub fn cohort_inputs(
                     stats.availability = availability;
                 }
                 stats.share_bp = weights.get(cohort).map(|w| w.get(&p));
+                stats.pairs = paired.map(|list| {
+                    list.iter()
+                        .filter(|pe| pe.a == p || pe.b == p)
+                        .map(|pe| pe.pairs)
+                        .max()
+                        .unwrap_or(0)
+                });
                 samples += stats.samples;
-                let score = view
-                    .status
-                    .is_steerable()
+                let score = usable(&view, paired.is_some())
                     .then(|| scorer.score(&p, &stats).value())
                     .flatten()
                     // To the microsecond: the journal cites these, and reads them back.
@@ -86,7 +144,7 @@ pub fn cohort_inputs(
             .collect();
         (evidence, samples)
     };
-    let availability = |network: NetworkKey, p: &ProviderId| -> Option<f64> {
+    let availability = |snapshot: &Snapshot, network: NetworkKey, p: &ProviderId| -> Option<f64> {
         if metric == Metric::Probe {
             return None;
         }
@@ -105,24 +163,46 @@ pub fn cohort_inputs(
             _ => None,
         })
         .collect();
-    let mut asns = snapshot.asns(metric);
+    let mut asns: Vec<u32> = ladder.iter().flat_map(|s| s.asns(metric)).collect();
     asns.extend(existing.keys().copied());
     asns.sort_unstable();
     asns.dedup();
     for asn in asns {
         let own_cut = NetworkKey::Asn(asn);
-        let country = snapshot.country_of_asn(asn);
-        // The paired probe decides where it runs; navigation only where it does not.
-        let signal = if metric != Metric::Probe && snapshot.samples(Metric::Probe, own_cut) > 0 {
-            Metric::Probe
+        // The unbiased signals, paired probes first, then navigations served from cache; raw
+        // navigation (which carries the cache-warmth bias) only where neither runs at all.
+        let longest = ladder.last().unwrap_or(snapshot);
+        let unbiased = [Metric::Probe, Metric::TtfbHit]
+            .into_iter()
+            .filter(|m| *m != metric && longest.samples(*m, own_cut) > 0)
+            .collect::<Vec<_>>();
+        let signals: Vec<Metric> = if unbiased.is_empty() {
+            vec![metric]
         } else {
-            metric
+            unbiased
         };
-        // Own evidence or none: a thin ASN holds (or rejoins its region), never borrowing its
-        // country's cut.
-        if snapshot.cut_for(signal, &[own_cut], &providers).is_none() {
+        let Some((snapshot, signal, pairings, paired)) = ladder.iter().find_map(|snapshot| {
+            signals.iter().find_map(|&signal| {
+                // Own evidence or none: a thin ASN holds (or rejoins its region), never
+                // borrowing its country's cut. Paired probes count from `min_pairs` pairs.
+                let pairings = if signal == Metric::Probe {
+                    pairings_of(&providers, |a, b| snapshot.pairing(own_cut, a, b))
+                } else {
+                    Vec::new()
+                };
+                let paired = paired_enough(&providers, &pairings, min_pairs);
+                let enough = snapshot.cut_for(signal, &[own_cut], &providers).is_some()
+                    || (paired
+                        && providers
+                            .iter()
+                            .all(|p| usable(&snapshot.cell(signal, own_cut, p), true)));
+                enough.then_some((snapshot, signal, pairings, paired))
+            })
+        }) else {
             continue;
-        }
+        };
+        let country = snapshot.country_of_asn(asn);
+        let total = snapshot.samples(metric, NetworkKey::Global).max(1) as f64;
         let id = existing
             .get(&asn)
             .map_or_else(|| cohort_id_for(own_cut), |c| (*c).clone());
@@ -130,14 +210,62 @@ pub fn cohort_inputs(
             .iter()
             .map(|p| {
                 let avail = if signal == metric {
-                    availability(own_cut, p)
+                    availability(snapshot, own_cut, p)
                 } else {
                     None
                 };
                 (p.clone(), snapshot.cell(signal, own_cut, p), avail)
             })
             .collect();
-        let (evidence, _) = score(&id, views);
+        let (mut evidence, _) = score(&id, views, paired.then_some(&pairings[..]));
+        let experienced = if signal == metric {
+            Arc::from(Vec::new())
+        } else {
+            let views = providers
+                .iter()
+                .map(|p| {
+                    let avail = availability(snapshot, own_cut, p);
+                    (p.clone(), snapshot.cell(metric, own_cut, p), avail)
+                })
+                .collect();
+            score(&id, views, None).0
+        };
+        let mut pairings = pairings;
+        // Judged over a longer window: a provider whose latest window differs from it beyond
+        // the noise, and by a material amount, changed within it: the change is added to its
+        // score. Either signal can show it (navigation is the denser where the provider
+        // carries most of the traffic).
+        if let Some(latest) = ladder.first().filter(|l| !std::ptr::eq(*l, snapshot)) {
+            let mut list: Vec<ProviderEvidence> = evidence.to_vec();
+            let mut changed = Vec::new();
+            for e in &mut list {
+                let Some(score) = e.score else { continue };
+                let shift = [signal, Metric::TtfbHit].iter().find_map(|m| {
+                    change(
+                        &snapshot.cell(*m, own_cut, &e.provider).stats,
+                        &latest.cell(*m, own_cut, &e.provider).stats,
+                        percentile,
+                        rum,
+                    )
+                });
+                if let Some((shift, var)) = shift {
+                    e.score = Some(super::rounded(score + shift, 1e3));
+                    e.stderr = e
+                        .stderr
+                        .map(|se| super::rounded((se * se + var).sqrt(), 1e3));
+                    changed.push(e.provider.clone());
+                }
+            }
+            if !changed.is_empty() {
+                evidence = list.into();
+                // A changed provider's latest window is not paired with the others' longer one.
+                for pe in &mut pairings {
+                    if changed.contains(&pe.a) || changed.contains(&pe.b) {
+                        pe.correlation = 0.0;
+                    }
+                }
+            }
+        }
         let own_samples = snapshot.samples(metric, own_cut);
         let parent = country
             .and_then(|c| {
@@ -159,6 +287,8 @@ pub fn cohort_inputs(
             share: own_samples as f64 / total,
             cut: Some(own_cut),
             evidence,
+            pairings: pairings.into(),
+            experienced,
         });
     }
     // Regions: the traffic of the networks each one matches first (the `*` region takes the
@@ -194,23 +324,61 @@ pub fn cohort_inputs(
             .iter()
             .map(|p| snapshot.merged_where(Metric::Probe, p, label, include))
             .collect();
-        let by_probe = metric != Metric::Probe && probes.iter().any(|v| v.stats.samples > 0);
+        // The same signals as an ASN's: paired probes, else navigations served from cache,
+        // else navigation.
+        let signal = if metric != Metric::Probe && probes.iter().any(|v| v.stats.samples > 0) {
+            Metric::Probe
+        } else if metric != Metric::Probe
+            && providers.iter().any(|p| {
+                snapshot
+                    .merged_where(Metric::TtfbHit, p, label, include)
+                    .stats
+                    .samples
+                    > 0
+            })
+        {
+            Metric::TtfbHit
+        } else {
+            metric
+        };
+        let navigation = |p: &ProviderId, probe: CellView| {
+            let view = snapshot.merged_where(metric, p, label, include);
+            let avail = (metric != Metric::Probe)
+                .then_some(probe)
+                .filter(|v| v.status.is_steerable())
+                .and_then(|v| v.stats.availability);
+            (p.clone(), view, avail)
+        };
         let views = providers
             .iter()
-            .zip(probes)
-            .map(|(p, probe)| {
-                if by_probe {
-                    return (p.clone(), probe, None);
-                }
-                let view = snapshot.merged_where(metric, p, label, include);
-                let avail = (metric != Metric::Probe)
-                    .then_some(probe)
-                    .filter(|v| v.status.is_steerable())
-                    .and_then(|v| v.stats.availability);
-                (p.clone(), view, avail)
+            .zip(probes.iter().cloned())
+            .map(|(p, probe)| match signal {
+                Metric::Probe => (p.clone(), probe, None),
+                Metric::TtfbHit => (
+                    p.clone(),
+                    snapshot.merged_where(Metric::TtfbHit, p, label, include),
+                    None,
+                ),
+                _ => navigation(p, probe),
             })
             .collect();
-        let (evidence, _) = score(&region.cohort, views);
+        let pairings = if signal == Metric::Probe {
+            pairings_of(&providers, |a, b| snapshot.pairing_where(a, b, include))
+        } else {
+            Vec::new()
+        };
+        let paired = paired_enough(&providers, &pairings, min_pairs);
+        let (evidence, _) = score(&region.cohort, views, paired.then_some(&pairings[..]));
+        let experienced = if signal == metric {
+            Arc::from(Vec::new())
+        } else {
+            let views = providers
+                .iter()
+                .zip(probes)
+                .map(|(p, probe)| navigation(p, probe))
+                .collect();
+            score(&region.cohort, views, None).0
+        };
         let samples: u64 = providers
             .iter()
             .map(|p| {
@@ -227,9 +395,74 @@ pub fn cohort_inputs(
             share: samples as f64 / total,
             cut: (region.networks.len() == 1).then(|| region.networks[0]),
             evidence,
+            pairings: pairings.into(),
+            experienced,
         });
     }
     out
+}
+
+/// How many standard errors a provider's latest window must differ from a longer one by to
+/// count as a change within it: strict, since every cohort and provider is tested every round.
+pub const CHANGE_Z: f64 = 4.0;
+
+/// Samples the latest window needs before its quantile is compared with a longer window's.
+pub const CHANGE_MIN_SAMPLES: u64 = 30;
+
+/// The change of a cell's `percentile` from a longer window (`long`) to its latest part
+/// (`short`), with the variance of that difference, when it is beyond [`CHANGE_Z`] standard
+/// errors and material (beyond the policy's absolute and relative gaps).
+fn change(
+    long: &CellStats,
+    short: &CellStats,
+    percentile: Percentile,
+    rum: &RumPolicy,
+) -> Option<(f64, f64)> {
+    if short.samples < CHANGE_MIN_SAMPLES || long.samples <= short.samples {
+        return None;
+    }
+    let (ql, qs) = (percentile.read(long)?, percentile.read(short)?);
+    // The spread is read from the longer window (the latest one's own is too few samples to
+    // trust: an unusually tight latest window would look like a change), scaled to the latest
+    // window's count; the latest lies inside the longer, so the variance of their difference
+    // is `se_long² · (n_long / n_short - 1)`.
+    let sl = quantile_stderr(long, percentile)?;
+    let var = sl * sl * (long.samples as f64 / short.samples as f64 - 1.0);
+    let shift = qs - ql;
+    let material = shift.abs() >= rum.absolute_gap.get().as_secs_f64() * 1000.0
+        && shift.abs() >= rum.relative_gap.fraction() * ql.max(qs);
+    (material && shift.abs() > CHANGE_Z * var.sqrt()).then_some((shift, var))
+}
+
+/// Every two providers' pairing that `pairing` finds.
+fn pairings_of(
+    providers: &[ProviderId],
+    pairing: impl Fn(&ProviderId, &ProviderId) -> Option<Pairing>,
+) -> Vec<PairedEvidence> {
+    let mut out = Vec::new();
+    for (i, a) in providers.iter().enumerate() {
+        for b in &providers[i + 1..] {
+            if let Some(p) = pairing(a, b) {
+                out.push(PairedEvidence {
+                    a: a.clone(),
+                    b: b.clone(),
+                    pairs: p.pairs,
+                    correlation: super::rounded(p.correlation, 1e4),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// True when every provider is paired with another on at least `min_pairs` loads.
+fn paired_enough(providers: &[ProviderId], pairings: &[PairedEvidence], min_pairs: u64) -> bool {
+    providers.len() >= 2
+        && providers.iter().all(|p| {
+            pairings
+                .iter()
+                .any(|pe| pe.pairs >= min_pairs && (&pe.a == p || &pe.b == p))
+        })
 }
 
 /// The standard error of a cell's `percentile`, in milliseconds, from its count and spread:

@@ -17,7 +17,11 @@
 //!    `switch_back_factor`.
 //! 5. **Damping**: one move shifts at most `step`, from the slowest provider with room above
 //!    its floor to the fastest; then the cohort settles for `settle` and is measured again
-//!    (a [`Rule::Remeasured`] entry, which the realized-improvement figure reads).
+//!    (a [`Rule::Remeasured`] entry, which the realized-improvement figure reads). **Ties go
+//!    to the warmer cache**: where the unbiased signal (paired probes, cache hits) shows no
+//!    material gap and leans the same way, a significant gap in what users get now
+//!    ([`CohortInput::experienced`], misses included) moves the cohort towards the provider
+//!    that already carries most of it, never back against a move made on the evidence.
 //! 6. **Floors**: every healthy provider keeps its measurement floor and commercial commit;
 //!    down providers have none.
 //! 7. **Guardrails, last**: each cohort changes by at most `max_change_per_cohort` an hour; all
@@ -39,7 +43,14 @@
 //! same caps, counted apart from the optimisation's, so an outage's return never starves RUM
 //! of its hourly movement, nor RUM the return). Recovery follows the cohort's own evidence:
 //! when its scores show the returning provider slower than the fastest beyond the significance
-//! gap, recovery ends there and RUM decides.
+//! gap, recovery ends there and RUM decides. The deadman's return is a recovery too: when
+//! evidence resumes, each cohort walks back from the static weights to where it was.
+//!
+//! **Where each rule lives.** [`decide`] serves the big red switch and the deadman itself; a
+//! steering round runs in phases, one module each: `assemble` (the round's cohorts, their
+//! inputs and memory), `propose` (rule 1 and drills act; rules 2–5 propose, with the RUM rules
+//! in `rum`), `guardrails` (rule 7 settles the proposals), `apply` (the moves made and
+//! journaled, the plan written), `floors` (rule 6, and re-measurement).
 //!
 //! **Cohorts.** The policy's regions are cohorts, with static weights. Finer cohorts (an ASN
 //! with steerable cells, a pinned network) are carved out of the region holding them and start
@@ -47,8 +58,14 @@
 //! cohort's traffic share, which weights the hourly cap, comes from its sample counts
 //! ([`cohorts::cohort_inputs`] builds every input from a scoreboard snapshot).
 
+mod apply;
+mod assemble;
 pub mod cohorts;
 pub mod drill;
+mod floors;
+mod guardrails;
+mod propose;
+mod rum;
 pub mod state;
 
 use std::borrow::Cow;
@@ -56,7 +73,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
-use multicdn_core::policy::{DrillSpec, Fallback, Pin, SteeringPolicy};
+use multicdn_core::policy::{DrillSpec, Fallback, SteeringPolicy};
 use multicdn_core::{
     CohortId, CohortPlan, HealthState, NetworkKey, Networks, Policy, ProviderId, SteeringPlan,
     TOTAL_BP, Timestamp, Weights, weights::largest_remainder,
@@ -103,6 +120,35 @@ impl ProviderEvidence {
     }
 }
 
+/// Two providers of a cohort compared on the same probe loads (see
+/// [`Pairing`](crate::scoreboard::Pairing)).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairedEvidence {
+    /// One provider.
+    pub a: ProviderId,
+    /// The other.
+    pub b: ProviderId,
+    /// Loads that timed both.
+    pub pairs: u64,
+    /// The correlation of one load's two log times, -1 to 1.
+    pub correlation: f64,
+}
+
+impl PairedEvidence {
+    /// True when it compares `x` and `y`, in either order.
+    fn compares(&self, x: &ProviderId, y: &ProviderId) -> bool {
+        (same(&self.a, x) && same(&self.b, y)) || (same(&self.a, y) && same(&self.b, x))
+    }
+
+    /// The correlation of the two providers' estimates of one quantile, from the loads'
+    /// correlation by Sheppard's formula (`2/π · asin ρ`, exact at the median for normal
+    /// log times, close at the quartiles): below the loads' own, so the shrinking of the
+    /// difference's error is not overstated.
+    fn estimate_correlation(&self) -> f64 {
+        (std::f64::consts::FRAC_2_PI * self.correlation.clamp(-1.0, 1.0).asin()).clamp(-1.0, 1.0)
+    }
+}
+
 /// How many standard errors of the difference a RUM gap must clear (two-sided 95%): with
 /// the fixed gaps of the policy, a thin or noisy cell cannot move traffic, and a thick one with
 /// a clear gap moves at once.
@@ -124,6 +170,43 @@ pub struct CohortInput {
     pub cut: Option<NetworkKey>,
     /// Scores per provider (shared with the journal entries that cite them).
     pub evidence: Arc<[ProviderEvidence]>,
+    /// Providers compared on the same probe loads: such a pair needs `min_pairs` pairs rather
+    /// than `min_samples` samples each, and the error of its difference shrinks by their
+    /// correlation.
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    pub pairings: Arc<[PairedEvidence]>,
+    /// What the cohort's users get now, per provider, cache misses included (navigation TTFB),
+    /// when `evidence` is on a signal free of the cache's warmth. It breaks ties: where
+    /// `evidence` shows no material gap, traffic moves towards the provider users get faster
+    /// now (the warmer cache), so that equal providers do not share a cohort half and half,
+    /// both caches colder than one would be.
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    pub experienced: Arc<[ProviderEvidence]>,
+}
+
+/// One comparison of a cohort's providers: their scores and how they were paired.
+#[derive(Clone, Copy)]
+struct Comparison<'i> {
+    evidence: &'i [ProviderEvidence],
+    pairings: &'i [PairedEvidence],
+}
+
+impl CohortInput {
+    /// The comparison RUM decides on.
+    fn primary(&self) -> Comparison<'_> {
+        Comparison {
+            evidence: &self.evidence,
+            pairings: &self.pairings,
+        }
+    }
+
+    /// The users' experience, unpaired.
+    fn experience(&self) -> Comparison<'_> {
+        Comparison {
+            evidence: &self.experienced,
+            pairings: &[],
+        }
+    }
 }
 
 /// Everything one round reads.
@@ -495,10 +578,27 @@ fn fallback(
         }
     }
     let mut state = inputs.state.clone();
+    if mode == Mode::Deadman {
+        // The deadman is safety, as a failover is: once measurements are fresh again, each
+        // cohort recovers towards where it was (or was returning to), by the recovery rule.
+        for c in &inputs.current.cohorts {
+            let static_w = statics.get(&c.cohort).map(|t| &t.weights);
+            if static_w != Some(&c.weights) {
+                let m = state.cohorts.get_mut_or_default(&c.cohort);
+                let before = m.before_failover.take();
+                if m.recovering_to.is_none() {
+                    m.recovering_to = Some(before.unwrap_or_else(|| c.weights.clone()));
+                }
+            }
+        }
+    }
     state.cohorts.update_all(|m| {
-        // A fallback ends any failover bookkeeping: the static weights are the new start.
+        // A fallback ends any failover bookkeeping: the static weights are the new start (and,
+        // after the deadman, the way back).
         m.before_failover = None;
-        m.recovering_to = None;
+        if mode != Mode::Deadman {
+            m.recovering_to = None;
+        }
         m.before_drill = None;
     });
     state.prune(now);
@@ -546,74 +646,7 @@ impl Work<'_> {
     }
 }
 
-/// Where an optimizing rule wants a cohort.
-enum Goal<'a> {
-    /// A split (pins, recovery).
-    Weights(Weights),
-    /// A RUM step: `bp` from `from` to `to`, and the split after the whole step (made while
-    /// the cohort's weights are at hand; made again only when a guardrail cuts the step short).
-    Shift {
-        from: &'a ProviderId,
-        to: &'a ProviderId,
-        bp: u32,
-        after: Weights,
-    },
-}
-
-/// The numbers behind a RUM move.
-#[derive(Clone, Copy)]
-struct RumFacts {
-    gap: f64,
-    relative: f64,
-    need_ms: f64,
-    need_rel: f64,
-    switching_back: bool,
-}
-
-struct Proposal<'a> {
-    work: usize,
-    goal: Goal<'a>,
-    /// What the rule saw (the journal entry's evidence, if the move is made).
-    evidence: Evidence,
-    rule: Rule,
-    priority: u8,
-    gap: f64,
-}
-
-/// What the guardrails read of a proposal: small, so that ordering them is cheap.
-struct Ranked {
-    priority: u8,
-    gap: f64,
-    work: usize,
-    proposal: usize,
-    wanted: u32,
-    cohort_left: u32,
-    share: f64,
-}
-
-/// A move the guardrails let through.
-struct Accepted {
-    proposal: usize,
-    /// Basis points allowed.
-    allowed: u32,
-    /// The guardrail that cut it short.
-    by: Option<Guardrail>,
-    /// The split after it, for pins and recovery.
-    after: Option<Weights>,
-}
-
 type IdMap<'a, V> = HashMap<&'a CohortId, V, BuildHasherDefault<IdHasher>>;
-
-/// Memory of a cohort the engine has nothing on yet.
-static IDLE: CohortMemory = CohortMemory {
-    last_move: None,
-    remeasure_due: false,
-    recent: Vec::new(),
-    recent_recovery: Vec::new(),
-    before_failover: None,
-    recovering_to: None,
-    before_drill: None,
-};
 
 /// The same cohort: the same shared string (ids cloned from one another), or equal text.
 #[inline]
@@ -625,656 +658,19 @@ fn same_cohort(a: &CohortId, b: &CohortId) -> bool {
 /// is rounded down to whole steps, and RUM never moves less than one step.
 pub const MOVE_STEP_BP: u32 = 50;
 
-/// Inputs out of plan order looked up by binary search before a table is built for them.
-const STRAYS_BEFORE_INDEXING: usize = 256;
-
-fn id_hash(id: &CohortId) -> u64 {
-    use std::hash::BuildHasher;
-    BuildHasherDefault::<IdHasher>::default().hash_one(id)
-}
-
-/// Later entries of ids listed more than once (equal ids have equal hashes), sorted.
-fn duplicates(hashes: &[(u64, usize)], work: &[Work<'_>]) -> Vec<usize> {
-    let mut out = Vec::new();
-    for group in hashes.chunk_by(|a, b| a.0 == b.0).filter(|g| g.len() > 1) {
-        // In work order within a group: an entry repeats an earlier one.
-        for (k, (_, b)) in group.iter().enumerate().skip(1) {
-            if group[..k]
-                .iter()
-                .any(|(_, a)| same_cohort(work[*a].id, work[*b].id))
-            {
-                out.push(*b);
-            }
-        }
-    }
-    out.sort_unstable();
-    out
-}
-
-/// The entry of a cohort in force, by the hash of its id.
-fn find_hashed(hashes: &[(u64, usize)], work: &[Work<'_>], id: &CohortId) -> Option<usize> {
-    let h = id_hash(id);
-    let from = hashes.partition_point(|(x, _)| *x < h);
-    hashes[from..]
-        .iter()
-        .take_while(|(x, _)| *x == h)
-        .map(|(_, i)| *i)
-        .find(|i| same_cohort(work[*i].id, id))
-}
-
-/// A cohort's memory from the last round (its entry, read in plan order), shared, and a pruned
-/// copy when it has moves older than the hour.
-fn memory_of(
-    entry: Option<&state::Entry>,
-    now: Timestamp,
-) -> (
-    &CohortMemory,
-    Option<&Arc<CohortMemory>>,
-    Option<Box<CohortMemory>>,
-) {
-    let kept = entry.and_then(|e| e.memory.as_ref());
-    let mem = kept.map_or(&IDLE, |m| &**m);
-    let own = mem
-        .recent
-        .iter()
-        .any(|(at, _)| now.since(*at) >= state::HOUR)
-        .then(|| {
-            let mut mem = Box::new(mem.clone());
-            mem.prune(now);
-            mem
-        });
-    (mem, kept, own)
-}
-
+/// One round of steering: the phases in order, one module each.
 fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Decision {
-    let now = ctx.now;
-    let old = inputs.state;
-    // Compared on every cohort: a first-byte check spares most string comparisons.
-    let region_of = |id: &CohortId| {
-        let first = id.as_str().as_bytes().first();
-        static_plan
-            .cohorts
-            .iter()
-            .position(|c| c.cohort.as_str().as_bytes().first() == first && &c.cohort == id)
-    };
-    let default_id = static_plan
-        .cohorts
-        .iter()
-        .find(|c| c.networks.contains(&NetworkKey::Global))
-        .map(|c| c.cohort.clone())
-        .unwrap_or_else(default_cohort_id);
-    let pins: Vec<&Pin> = ctx.steering.pins.iter().filter(|p| now < p.until).collect();
-    let pin_ids: Vec<CohortId> = pins.iter().map(|p| cohort_id_for(p.network)).collect();
-    let pin_networks: Vec<Networks> = pins.iter().map(|p| Networks::one(p.network)).collect();
-    let mut current: IdMap<'_, &CohortPlan> = IdMap::default();
-    for c in &inputs.current.cohorts {
-        // Only regions: finer cohorts in force are found through `index` below.
-        if region_of(&c.cohort).is_some() {
-            current.insert(&c.cohort, c);
-        }
-    }
-    let memory_of = |entry| memory_of(entry, now);
-
-    // The cohorts of this round: finer ones first (those in force, in plan order, then new
-    // ones in input order, then pinned networks), then the regions in policy order.
-    let mut work: Vec<Work<'_>> =
-        Vec::with_capacity(inputs.cohorts.len() + inputs.current.cohorts.len());
-    let mut lookup = state::Lookup::new(&old.cohorts);
-    let region_count = static_plan.cohorts.len();
-    // The finer cohorts in force, found again by the hash of their id (sorted, so that no
-    // table is built for the common case: inputs in plan order).
-    let mut hashes: Vec<(u64, usize)> = Vec::with_capacity(inputs.current.cohorts.len());
-    for c in &inputs.current.cohorts {
-        if region_of(&c.cohort).is_none() {
-            hashes.push((id_hash(&c.cohort), work.len()));
-            let entry = lookup.get(&c.cohort);
-            let (old, kept, own) = memory_of(entry);
-            work.push(Work {
-                id: &c.cohort,
-                networks: &c.networks,
-                input: None,
-                share: 0.0,
-                w: Cow::Borrowed(&c.weights),
-                region: false,
-                parent: entry.and_then(|e| e.parent.as_ref()),
-                old,
-                kept,
-                own,
-                moved: false,
-                unfloored: false,
-            });
-        }
-    }
-    hashes.sort_unstable();
-    // A cohort listed twice keeps its first entry.
-    let twice = duplicates(&hashes, &work);
-    if !twice.is_empty() {
-        let mut at = 0;
-        work.retain(|_| {
-            at += 1;
-            twice.binary_search(&(at - 1)).is_err()
-        });
-        hashes = work
-            .iter()
-            .enumerate()
-            .map(|(i, w)| (id_hash(w.id), i))
-            .collect();
-        hashes.sort_unstable();
-    }
-    let in_force = work.len();
-    // Cohorts new this round, and (once inputs stray far from plan order) all of them.
-    let mut index: IdMap<'_, usize> = IdMap::default();
-    let mut strays = 0usize;
-    let mut region_inputs: Vec<Option<&CohortInput>> = vec![None; region_count];
-    // Inputs usually list the cohorts in force in plan order: try the next one first.
-    let mut guess = 0;
-    for i in inputs.cohorts {
-        let at = if work
-            .get(guess)
-            .is_some_and(|w| !w.region && same_cohort(w.id, &i.cohort))
-        {
-            // Ids in `work` are unique: this is the cohort's only entry.
-            guess
-        } else {
-            if let Some(r) = region_of(&i.cohort) {
-                region_inputs[r] = Some(i);
-                continue;
-            }
-            strays += 1;
-            if strays == STRAYS_BEFORE_INDEXING {
-                index.reserve(in_force);
-                for (k, w) in work[..in_force].iter().enumerate() {
-                    index.insert(w.id, k);
-                }
-            }
-            let known = if strays >= STRAYS_BEFORE_INDEXING {
-                index.get(&i.cohort).copied()
-            } else {
-                find_hashed(&hashes, &work, &i.cohort).or_else(|| index.get(&i.cohort).copied())
-            };
-            match known {
-                Some(at) => at,
-                None => {
-                    let parent = i.parent.as_ref().unwrap_or(&default_id);
-                    let Some(start) = current
-                        .get(parent)
-                        .map(|c| &c.weights)
-                        .or_else(|| region_of(parent).map(|r| &static_plan.cohorts[r].weights))
-                    else {
-                        continue;
-                    };
-                    index.insert(&i.cohort, work.len());
-                    let (old, kept, own) = memory_of(lookup.get(&i.cohort));
-                    work.push(Work {
-                        id: &i.cohort,
-                        networks: &i.networks,
-                        input: None,
-                        share: 0.0,
-                        w: Cow::Borrowed(start),
-                        region: false,
-                        old,
-                        kept,
-                        own,
-                        parent: None,
-                        moved: false,
-                        unfloored: false,
-                    });
-                    work.len() - 1
-                }
-            }
-        };
-        if at < in_force {
-            guess = at + 1;
-        }
-        let item = &mut work[at];
-        item.input = Some(i);
-        item.share = i.share;
-        item.parent = i.parent.as_ref();
-    }
-    for ((pin, id), networks) in pins.iter().zip(&pin_ids).zip(&pin_networks) {
-        let exact = static_plan
-            .cohorts
-            .iter()
-            .any(|c| c.networks == [pin.network])
-            || work.iter().any(|w| *w.networks == [pin.network]);
-        if !exact {
-            let parent = static_plan
-                .cohorts
-                .iter()
-                .find(|c| c.networks.contains(&pin.network))
-                .map_or(&default_id, |c| &c.cohort);
-            let start = current
-                .get(parent)
-                .map(|c| &c.weights)
-                .or_else(|| region_of(parent).map(|r| &static_plan.cohorts[r].weights));
-            if let Some(start) = start {
-                let (old, kept, own) = memory_of(lookup.get(id));
-                work.push(Work {
-                    id,
-                    networks,
-                    input: None,
-                    share: 0.0,
-                    w: Cow::Borrowed(start),
-                    region: false,
-                    old,
-                    kept,
-                    own,
-                    parent: Some(parent),
-                    moved: false,
-                    unfloored: false,
-                });
-            }
-        }
-    }
-    for (r, c) in static_plan.cohorts.iter().enumerate() {
-        let w = current
-            .get(&c.cohort)
-            .map_or(&c.weights, |cur| &cur.weights);
-        let input = region_inputs[r];
-        let entry = lookup.get(&c.cohort);
-        let (old, kept, own) = memory_of(entry);
-        work.push(Work {
-            id: &c.cohort,
-            networks: &c.networks,
-            input,
-            share: input.map_or(0.0, |i| i.share),
-            w: Cow::Borrowed(w),
-            region: true,
-            parent: entry.and_then(|e| e.parent.as_ref()),
-            old,
-            kept,
-            own,
-            moved: false,
-            unfloored: false,
-        });
-    }
-
-    let g = &ctx.steering.guardrails;
-    let mut journal: Vec<JournalEntry> = Vec::new();
-    let mut proposals: Vec<Proposal<'_>> = Vec::new();
-    let mut ranked: Vec<Ranked> = Vec::new();
-    for (wi, item) in work.iter_mut().enumerate() {
-        // 1. Health failover.
-        health(ctx, item, &mut journal);
-        // The weights are read here anyway: hold them now, so that the later passes (the
-        // moves, the plan) never go back to the weights in force.
-        if let Cow::Borrowed(w) = item.w {
-            item.w = Cow::Owned(w.clone());
-        }
-        // An announced drill, or the return from one: no other optimizing rule, no floors.
-        if drill_step(ctx, old, item, &mut journal) {
-            item.unfloored = false;
-            continue;
-        }
-        // Floors are checked here, while the weights are at hand; a move is checked again
-        // after it is made.
-        item.unfloored = !meets_floors(ctx, &item.w);
-        let settling = item
-            .mem()
-            .last_move
-            .as_ref()
-            .is_some_and(|m| now.since(m.at) < ctx.rum.settle.get());
-        // 2. Pins.
-        let pin = if pins.is_empty() {
-            None
-        } else {
-            pins.iter().find(|p| *item.networks == [p.network])
-        };
-        let proposal = if let Some(pin) = pin {
-            pin.weights().ok().and_then(|pw| {
-                let target = floored(ctx, &respect_down(ctx, &pw, &item.w));
-                (target != *item.w).then(|| Proposal {
-                    work: wi,
-                    goal: Goal::Weights(target),
-                    evidence: Evidence {
-                        note: format!("pinned until {}: {}", pin.until, pin.reason),
-                        ..evidence_of(item.input)
-                    },
-                    rule: Rule::Pin,
-                    priority: 0,
-                    gap: 0.0,
-                })
-            })
-        } else if let Some(goal) = item
-            .mem()
-            .recovering_to
-            .as_ref()
-            .filter(|_| ctx.down.is_empty())
-        {
-            let goal_floored = floored(ctx, goal);
-            // Recovery follows the cohort's own evidence: it never walks traffic towards a
-            // provider the cohort's scores show slower beyond the gap (RUM decides from here).
-            let against_rum = goal_floored
-                .iter()
-                .any(|(p, bp)| bp > share_of(&item.w, p) && shown_slower(ctx, item.input, p));
-            if *item.w == goal_floored || against_rum {
-                item.mem_mut().recovering_to = None;
-                None
-            } else if settling {
-                None
-            } else {
-                let target = floored(
-                    ctx,
-                    &step_towards(&item.w, &goal_floored, ctx.rum.step.bp()),
-                );
-                (target != *item.w).then(|| Proposal {
-                    work: wi,
-                    goal: Goal::Weights(target),
-                    evidence: Evidence {
-                        note: format!("every provider is up: back towards {goal}"),
-                        ..evidence_of(item.input)
-                    },
-                    rule: Rule::Recovery,
-                    priority: 1,
-                    gap: 0.0,
-                })
-            }
-        } else if ctx.rum.enabled && !settling {
-            item.input.and_then(|input| {
-                rum(ctx, &item.w, input, item.mem().last_move.as_ref()).map(
-                    |(from, to, bp, facts)| Proposal {
-                        work: wi,
-                        goal: Goal::Shift {
-                            from,
-                            to,
-                            bp,
-                            after: item.w.shift(from, to, bp).0,
-                        },
-                        evidence: Evidence {
-                            gap_ms: Some(rounded(facts.gap, 1e3)),
-                            gap_relative: Some(rounded(facts.relative, 1e6)),
-                            required_ms: Some(rounded(facts.need_ms, 1e3)),
-                            required_relative: Some(rounded(facts.need_rel, 1e6)),
-                            switching_back: facts.switching_back,
-                            ..evidence_of(Some(input))
-                        },
-                        rule: Rule::Rum,
-                        priority: 2,
-                        gap: facts.relative,
-                    },
-                )
-            })
-        } else {
-            None
-        };
-        if let Some(p) = proposal {
-            let wanted = match &p.goal {
-                // `bp` never exceeds what `from` has above its floor.
-                Goal::Shift { bp, .. } => *bp,
-                Goal::Weights(target) => moved_between(&item.w, target),
-            };
-            ranked.push(Ranked {
-                priority: p.priority,
-                gap: p.gap,
-                work: wi,
-                proposal: proposals.len(),
-                wanted,
-                // Recovery answers health: its own budget, not the optimisation's.
-                cohort_left: if p.rule == Rule::Recovery {
-                    g.max_change_per_cohort
-                        .bp()
-                        .saturating_sub(item.mem().recovered_last_hour(now))
-                } else {
-                    g.max_change_per_cohort
-                        .bp()
-                        .saturating_sub(item.mem().moved_last_hour(now))
-                },
-                share: item.share,
-            });
-            proposals.push(p);
-        }
-    }
-
-    // 7. Guardrails: pins first, then recovery, then the largest relative gaps. The caps are
-    // settled in that order on the small `Ranked` records; the moves are then made, and
-    // journaled, in cohort order (the plan's order, in which the cohorts' data lies in memory).
-    ranked.sort_unstable_by(|a, b| {
-        a.priority
-            .cmp(&b.priority)
-            .then(b.gap.total_cmp(&a.gap))
-            .then(a.work.cmp(&b.work))
-    });
-    let mut recent: std::collections::VecDeque<(Timestamp, f64)> = old
-        .recent
-        .iter()
-        .filter(|(at, _)| now.since(*at) < state::HOUR)
-        .copied()
-        .collect();
-    let mut total_left = (f64::from(g.max_moved_per_hour.bp())
-        - recent.iter().map(|(_, m)| m).sum::<f64>())
-    .max(0.0);
-    let mut recent_recovery: std::collections::VecDeque<(Timestamp, f64)> = old
-        .recent_recovery
-        .iter()
-        .filter(|(at, _)| now.since(*at) < state::HOUR)
-        .copied()
-        .collect();
-    let mut recovery_left = (f64::from(g.max_moved_per_hour.bp())
-        - recent_recovery.iter().map(|(_, m)| m).sum::<f64>())
-    .max(0.0);
-    let mut held = Vec::new();
-    recent.reserve(ranked.len());
-    let mut accepted: Vec<Accepted> = Vec::with_capacity(ranked.len());
-    for r in &ranked {
-        let wanted = r.wanted;
-        let mut allowed = wanted.min(r.cohort_left);
-        let mut by = (allowed < wanted).then_some(Guardrail::CohortCap);
-        let recovery = proposals[r.proposal].rule == Rule::Recovery;
-        let left = if recovery { recovery_left } else { total_left };
-        if r.share > 0.0 {
-            let by_total = (left / r.share).floor();
-            if by_total < f64::from(allowed) {
-                allowed = by_total.max(0.0) as u32;
-                by = Some(Guardrail::HourlyCap);
-            }
-        }
-        if by.is_some() {
-            // Cut short: whole steps only, never a crumb.
-            allowed -= allowed % MOVE_STEP_BP;
-        }
-        let p = &proposals[r.proposal];
-        if allowed == 0 {
-            held.push(Held {
-                cohort: work[r.work].id.clone(),
-                rule: p.rule,
-                wanted_bp: wanted,
-                by: by.unwrap_or(Guardrail::CohortCap),
-            });
-            continue;
-        }
-        let (moved, after) = match &p.goal {
-            // A shift within what `from` has: all of `allowed` moves.
-            Goal::Shift { .. } => (allowed, None),
-            Goal::Weights(target) => {
-                let w = &work[r.work].w;
-                let after = step_towards(w, target, allowed);
-                (moved_between(w, &after), Some(after))
-            }
-        };
-        if moved == 0 {
-            continue;
-        }
-        let weighted = f64::from(moved) * r.share;
-        if recovery {
-            recovery_left = (recovery_left - weighted).max(0.0);
-            if weighted > 0.0 {
-                recent_recovery.push_back((now, weighted));
-            }
-        } else {
-            total_left = (total_left - weighted).max(0.0);
-            if weighted > 0.0 {
-                recent.push_back((now, weighted));
-            }
-        }
-        accepted.push(Accepted {
-            proposal: r.proposal,
-            allowed,
-            by,
-            after,
-        });
-    }
-    drop(ranked);
-    accepted.sort_unstable_by_key(|a| a.proposal);
+    let frame = assemble::Frame::new(ctx, static_plan);
+    let mut work = frame.cohorts(ctx, inputs);
+    let mut journal = Vec::new();
+    let (proposals, ranked) =
+        propose::propose(ctx, inputs.state, &frame.pins, &mut work, &mut journal);
+    let mut settled = guardrails::settle(ctx, inputs.state, &work, &proposals, ranked);
+    let accepted = std::mem::take(&mut settled.accepted);
     journal.reserve(accepted.len());
-    let mut accepted = accepted.into_iter().peekable();
-    for (pi, p) in proposals.into_iter().enumerate() {
-        let Some(Accepted {
-            allowed, by, after, ..
-        }) = accepted.next_if(|a| a.proposal == pi)
-        else {
-            continue;
-        };
-        let item = &mut work[p.work];
-        let mut evidence = p.evidence;
-        let (after, moved, direction) = match p.goal {
-            Goal::Shift {
-                from,
-                to,
-                bp,
-                after: whole,
-            } => {
-                // `bp` never exceeds what `from` has: the whole step moves all of it.
-                let (after, moved) = if allowed == bp {
-                    (whole, bp)
-                } else {
-                    item.w.shift(from, to, allowed)
-                };
-                (after, moved, Some((from.clone(), to.clone())))
-            }
-            Goal::Weights(target) => {
-                let after = after.unwrap_or_else(|| step_towards(&item.w, &target, allowed));
-                let moved = moved_between(&item.w, &after);
-                (after, moved, None)
-            }
-        };
-        evidence.capped_by = by;
-        let before = std::mem::replace(&mut item.w, Cow::Owned(after.clone())).into_owned();
-        let entry = JournalEntry {
-            at: now,
-            cohort: item.id.clone(),
-            networks: item.networks.clone(),
-            before,
-            after,
-            rule: p.rule,
-            evidence,
-        };
-        let mem = item.mem_mut();
-        if let Some((from, to)) = direction.or_else(|| entry.direction()) {
-            mem.last_move = Some(LastMove { at: now, from, to });
-        }
-        mem.remeasure_due = true;
-        if p.rule == Rule::Recovery {
-            mem.recent_recovery.push((now, moved));
-        } else {
-            mem.recent.push((now, moved));
-        }
-        journal.push(entry);
-        item.moved = true;
-    }
-
-    // 6. Floors that the weights in force did not meet (after a recovery, a hand edit).
-    for item in &mut work {
-        if (item.unfloored || item.moved) && !meets_floors(ctx, &item.w) {
-            let fixed = floored(ctx, &item.w);
-            journal.push(JournalEntry {
-                at: now,
-                cohort: item.id.clone(),
-                networks: item.networks.clone(),
-                before: item.w.as_ref().clone(),
-                after: fixed.clone(),
-                rule: Rule::Floor,
-                evidence: Evidence {
-                    note: "a healthy provider was under its floor (measurement or commit)"
-                        .to_owned(),
-                    ..evidence_of(item.input)
-                },
-            });
-            item.w = Cow::Owned(fixed);
-        }
-        // Settled after a move: measure again, for the realized-improvement figure.
-        if item.mem().remeasure_due
-            && !item.moved
-            && item
-                .mem()
-                .last_move
-                .as_ref()
-                .is_none_or(|m| now.since(m.at) >= ctx.rum.settle.get())
-            && let Some(input) = item.input
-        {
-            item.mem_mut().remeasure_due = false;
-            journal.push(JournalEntry {
-                at: now,
-                cohort: item.id.clone(),
-                networks: item.networks.clone(),
-                before: item.w.as_ref().clone(),
-                after: item.w.as_ref().clone(),
-                rule: Rule::Remeasured,
-                evidence: Evidence {
-                    note: "settled after the last move; measured again".to_owned(),
-                    ..evidence_of(Some(input))
-                },
-            });
-        }
-    }
-
-    // Finer cohorts that no longer differ from their region and carry no data are retired.
-    let region_w: Vec<Weights> = work[work.len() - region_count..]
-        .iter()
-        .map(|i| i.w.as_ref().clone())
-        .collect();
-    let mut cohorts = Vec::with_capacity(work.len());
-    let mut memory = state::CohortMemories::with_capacity(work.len());
-    for item in work {
-        if !item.region && item.input.is_none() {
-            let parent_w = item.parent.and_then(&region_of).map(|r| &region_w[r]);
-            let busy = item.mem().before_failover.is_some() || item.mem().recovering_to.is_some();
-            let pinned = pins.iter().any(|p| *item.networks == [p.network]);
-            if !busy && !pinned && parent_w == Some(item.w.as_ref()) {
-                continue;
-            }
-        }
-        // Finer cohorts keep their parent region, for the rounds their data is missing; a
-        // memory this round left as it was is shared, not copied.
-        let idle = item.mem().is_idle();
-        let parent = item.parent.filter(|_| !idle || !item.region).cloned();
-        if !idle || parent.is_some() {
-            let kept = if idle {
-                None
-            } else {
-                Some(match (item.own, item.kept) {
-                    (Some(own), _) => Arc::new(*own),
-                    (None, Some(kept)) => Arc::clone(kept),
-                    (None, None) => Arc::new(item.old.clone()),
-                })
-            };
-            memory.push(state::Entry {
-                id: item.id.clone(),
-                parent,
-                memory: kept,
-            });
-        }
-        cohorts.push(CohortPlan {
-            cohort: item.id.clone(),
-            networks: item.networks.clone(),
-            weights: item.w.into_owned(),
-        });
-    }
-    Decision {
-        plan: SteeringPlan {
-            record: static_plan.record.clone(),
-            ttl: static_plan.ttl,
-            cohorts,
-        },
-        journal,
-        state: EngineState {
-            cohorts: memory,
-            recent,
-            recent_recovery,
-            drills: ctx.drill_progress.clone(),
-        },
-        mode: Mode::Steering,
-        held,
-    }
+    apply::apply(ctx.now, &mut work, proposals, accepted, &mut journal);
+    floors::floors(ctx, &mut work, &mut journal);
+    apply::decision(ctx, &frame, work, journal, settled)
 }
 
 /// The gaps cited as evidence are rounded (to microseconds, to millionths), as the inputs' scores
@@ -1633,130 +1029,6 @@ fn moved_between(a: &Weights, b: &Weights) -> u32 {
         }
     }
     total / 2
-}
-
-/// A cohort's scored providers: `(provider, score, stderr)`, only those with at least
-/// `min_samples`, up, and in the policy; slowest first.
-fn scored<'i>(
-    ctx: &Ctx<'_>,
-    input: &'i CohortInput,
-    slots: &mut [(Option<&'i ProviderId>, f64, f64); 8],
-) -> usize {
-    let rum = ctx.rum;
-    let mut n = 0;
-    for e in input.evidence.iter() {
-        if n == slots.len() {
-            break;
-        }
-        if e.samples >= rum.min_samples
-            && !ctx.is_down(&e.provider)
-            && !ctx.is_standby(&e.provider)
-            && let Some(s) = e.score.filter(|s| s.is_finite() && *s >= 0.0)
-            && ctx.providers.iter().any(|p| same(p, &e.provider))
-        {
-            slots[n] = (Some(&e.provider), s, e.stderr.unwrap_or(0.0));
-            n += 1;
-        }
-    }
-    slots[..n].sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    n
-}
-
-/// The gap `slow` must have over `best` to be significant: the policy's fixed gaps (times
-/// `factor` for hysteresis) and [`SIGNIFICANCE_Z`] standard errors of the difference.
-/// Returns `(gap, relative, need_ms, need_rel, significant)`.
-fn significance(
-    ctx: &Ctx<'_>,
-    slow: (f64, f64),
-    best: (f64, f64),
-    factor: f64,
-) -> (f64, f64, f64, f64, bool) {
-    let rum = ctx.rum;
-    let gap = slow.0 - best.0;
-    let relative = if slow.0 > 0.0 { gap / slow.0 } else { 0.0 };
-    let noise = SIGNIFICANCE_Z * (slow.1 * slow.1 + best.1 * best.1).sqrt();
-    let need_ms = (rum.absolute_gap.get().as_secs_f64() * 1000.0 * factor).max(noise);
-    let need_rel = rum.relative_gap.fraction() * factor;
-    (
-        gap,
-        relative,
-        need_ms,
-        need_rel,
-        gap > need_ms && relative > need_rel,
-    )
-}
-
-/// True when the cohort's own evidence shows `p` slower than its fastest provider beyond the
-/// significance gap (recovery never walks traffic towards such a provider).
-fn shown_slower(ctx: &Ctx<'_>, input: Option<&CohortInput>, p: &ProviderId) -> bool {
-    let Some(input) = input else { return false };
-    let mut slots: [(Option<&ProviderId>, f64, f64); 8] = [(None, 0.0, 0.0); 8];
-    let n = scored(ctx, input, &mut slots);
-    if n < 2 {
-        return false;
-    }
-    let (Some(best), best_score, best_se) = slots[n - 1] else {
-        return false;
-    };
-    if same(best, p) {
-        return false;
-    }
-    slots[..n - 1].iter().any(|&(q, score, se)| {
-        q.is_some_and(|q| same(q, p))
-            && significance(ctx, (score, se), (best_score, best_se), 1.0).4
-    })
-}
-
-/// Rules 3–5: significance, hysteresis and damping.
-fn rum<'i>(
-    ctx: &Ctx<'_>,
-    w: &Weights,
-    input: &'i CohortInput,
-    last: Option<&LastMove>,
-) -> Option<(&'i ProviderId, &'i ProviderId, u32, RumFacts)> {
-    let rum = ctx.rum;
-    let mut slots: [(Option<&'i ProviderId>, f64, f64); 8] = [(None, 0.0, 0.0); 8];
-    let n = scored(ctx, input, &mut slots);
-    if n < 2 {
-        return None;
-    }
-    let scored = &slots[..n];
-    let (best, best_score, best_se) = *scored.last()?;
-    let best = best?;
-    for &(slow, slow_score, slow_se) in &scored[..scored.len() - 1] {
-        let slow = slow?;
-        let room = share_of(w, slow).saturating_sub(ctx.floor(slow));
-        if room == 0 || room < MOVE_STEP_BP.min(rum.step.bp()) {
-            // Less than a step above its floor: nothing worth a move.
-            continue;
-        }
-        let switching_back = last.is_some_and(|m| &m.from == best && &m.to == slow);
-        let factor = if switching_back {
-            rum.switch_back_factor.max(1.0)
-        } else {
-            1.0
-        };
-        let (gap, relative, need_ms, need_rel, significant) =
-            significance(ctx, (slow_score, slow_se), (best_score, best_se), factor);
-        if !significant {
-            // Every other provider is closer to the best: none is significant either.
-            return None;
-        }
-        let amount = rum.step.bp().min(room);
-        return Some((
-            slow,
-            best,
-            amount,
-            RumFacts {
-                gap,
-                relative,
-                need_ms,
-                need_rel,
-                switching_back,
-            },
-        ));
-    }
-    None
 }
 
 #[cfg(test)]

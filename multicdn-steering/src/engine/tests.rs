@@ -58,6 +58,8 @@ fn input(cohort: &str, network: &str, share: f64, fastly: f64, cloudflare: f64) 
         parent: Some(c("default")),
         share,
         cut: Some(network.parse().unwrap()),
+        pairings: Arc::from(vec![]),
+        experienced: Arc::from(vec![]),
         evidence: vec![
             ProviderEvidence {
                 stderr: None,
@@ -496,6 +498,8 @@ fn build(
             parent: Some(c("default")),
             share: case.shares[i] / names.len() as f64,
             cut: None,
+            pairings: Arc::from(vec![]),
+            experienced: Arc::from(vec![]),
             evidence: NAMES
                 .iter()
                 .zip(&case.scores[i])
