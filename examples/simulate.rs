@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example simulate                      # the default day, seed 1
 //! cargo run --release --example simulate -- --seed 2 --svg day.svg --network 0
+//! cargo run --release --example simulate -- --journal 3     # why the 4th-busiest network moved
 //! cargo run --release --example simulate -- --networks 200 --loads-per-sec 400 --policy my.yaml
 //! ```
 //!
@@ -11,8 +12,9 @@
 //! lag, probe beacons, and the day's events) is described, default by default, in the
 //! `multicdn_steering::sim` module documentation. Each flag overrides one parameter. The
 //! report prints TTFB per strategy outside the outage window, capture, reversals, reaction to
-//! the degradation, the deadman, floors and the hourly cap; `--svg` writes one network's
-//! planned weights against its truth.
+//! the degradation, the deadman, floors and the hourly cap, and where the loop lost to the
+//! oracle; `--svg` writes one network's planned weights against its truth, `--journal` prints
+//! that network's journal (each move with its rule and evidence).
 //!
 //! Exit codes: 0 played; 2 usage or a world that cannot be played.
 
@@ -76,6 +78,10 @@ struct Cli {
     /// The network for the SVG, by traffic rank (0 is the busiest).
     #[arg(long, default_value_t = 0)]
     network: usize,
+    /// Print the journal of one network's cohort over the day (why each move was made), by
+    /// traffic rank.
+    #[arg(long, value_name = "RANK")]
+    journal: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -93,6 +99,7 @@ fn main() -> ExitCode {
     };
     let mut world = World {
         seed: cli.seed,
+        journal_of: cli.journal,
         ..World::default()
     };
     macro_rules! set {
@@ -116,6 +123,10 @@ fn main() -> ExitCode {
     if let Some(ms) = cli.shift_ms {
         world.shift.1 = ms;
     }
+    if let Some(rank) = cli.journal.filter(|r| *r >= world.networks) {
+        eprintln!("--journal {rank}: the day has {} networks", world.networks);
+        return ExitCode::from(2);
+    }
     let report = match run(&world, &policy) {
         Ok(r) => r,
         Err(e) => {
@@ -124,6 +135,14 @@ fn main() -> ExitCode {
         }
     };
     print!("{report}");
+    if let Some(rank) = cli.journal {
+        if let Some(asn) = report.asns().get(rank) {
+            println!("journal of AS{asn} (rank {rank}):");
+        }
+        for line in report.journal() {
+            println!("  {line}");
+        }
+    }
     if let Some(path) = &cli.svg {
         let Some(svg) = report.svg(cli.network) else {
             eprintln!(

@@ -28,8 +28,10 @@
 //!
 //! The simulator supports the two providers `fastly` and `cloudflare`. Every strategy sees the
 //! same users (common random numbers), keeps its own caches, and actuates through the same DNS
-//! lag. The loop is the public API end to end: beacons into a [`Scoreboard`], a snapshot,
-//! [`cohort_inputs`], [`decide`] with `data_as_of` from [`Snapshot::newest_sample`].
+//! lag. The loop is the public API end to end: beacons into a [`Scoreboard`], the snapshots of
+//! the policy's window ladder ([`Scoreboard::snapshots`] of
+//! [`RumPolicy::windows`](multicdn_core::policy::RumPolicy::windows)),
+//! [`cohort_inputs_over`], [`decide`] with `data_as_of` from [`Snapshot::newest_sample`].
 //!
 //! [`Snapshot::newest_sample`]: crate::scoreboard::Snapshot::newest_sample
 
@@ -48,11 +50,11 @@ use rand::{Rng, SeedableRng};
 pub use report::{Report, Strategy, StrategyFigures};
 
 use crate::beacon::ClientNetwork;
-use crate::engine::cohorts::cohort_inputs;
+use crate::engine::cohorts::cohort_inputs_over;
 use crate::engine::{Decision, EngineState, Inputs, Mode, ProviderHealth, cohort_id_for, decide};
 use crate::error::SteeringError;
 use crate::journal::{JournalEntry, Rule};
-use crate::scoreboard::{Metric, Sample, Scoreboard, ScoreboardConfig};
+use crate::scoreboard::{Metric, Sample, Scoreboard, ScoreboardConfig, Snapshot};
 use crate::scorer::AvailabilityThenLatency;
 
 /// The policy the simulated estate runs: the example policy's providers, regions, floors and
@@ -82,7 +84,7 @@ steering:
       weights: {fastly: 50%, cloudflare: 50%}
   floors: {measurement: 10%}
   failover: {steps: [50%, 100%], interval: 1m}
-  rum: {percentile: 75, min_samples: 200, window: 30m, relative_gap: 10%, absolute_gap: 10ms, switch_back_factor: 1.5, step: 20%, settle: 5m}
+  rum: {percentile: 75, min_samples: 200, window: 30m, max_window: 4h, relative_gap: 10%, absolute_gap: 10ms, switch_back_factor: 1.5, step: 20%, settle: 5m}
   guardrails: {max_moved_per_hour: 30%, max_change_per_cohort: 100%, stale_after: 15m}
 "#;
 
@@ -135,6 +137,9 @@ pub struct World {
     pub shift: (f64, f64),
     /// Close calls: networks, swing in ms, period in minutes.
     pub close_calls: (usize, f64, f64),
+    /// The network (by traffic rank, 0 the busiest) whose own cohort's journal the report
+    /// keeps ([`Report::journal`]).
+    pub journal_of: Option<usize>,
 }
 
 impl Default for World {
@@ -163,6 +168,7 @@ impl Default for World {
             pipeline_outage: (17.0, 17.75),
             shift: (20.0, 40.0),
             close_calls: (5, 6.0, 40.0),
+            journal_of: None,
         }
     }
 }
@@ -195,6 +201,10 @@ struct Actuated {
     history: Vec<[u32; HISTORY]>,
     hit: Vec<[f64; 2]>,
     hist: Histogram,
+    /// Per network: the TTFB summed over its scored loads, and their count.
+    per_network: Vec<(f64, u64)>,
+    /// The same per hour of the day.
+    per_hour: Vec<(f64, u64)>,
 }
 
 impl Actuated {
@@ -205,6 +215,8 @@ impl Actuated {
                 .collect(),
             hit: vec![[0.7, 0.7]; REGIONS.len()],
             hist: Histogram::default(),
+            per_network: vec![(0.0, 0); networks],
+            per_hour: vec![(0.0, 0); 24],
         }
     }
 
@@ -228,7 +240,8 @@ impl Actuated {
     }
 }
 
-/// TTFB counts in 1 ms bins (to 20 s), for exact means and percentiles.
+/// TTFB counts for exact means and percentiles: 0.05 ms bins to 1 s (a p75's error is well
+/// under the gaps the capture figures divide by), then 1 ms bins to 20 s.
 #[derive(Clone)]
 struct Histogram {
     bins: Vec<u64>,
@@ -236,10 +249,16 @@ struct Histogram {
     n: u64,
 }
 
+/// Bins per ms below [`FINE_UNTIL_MS`].
+const FINE_PER_MS: f64 = 20.0;
+const FINE_UNTIL_MS: f64 = 1_000.0;
+const HIST_UNTIL_MS: f64 = 20_000.0;
+const FINE_BINS: usize = (FINE_UNTIL_MS * FINE_PER_MS) as usize;
+
 impl Default for Histogram {
     fn default() -> Histogram {
         Histogram {
-            bins: vec![0; 20_000],
+            bins: vec![0; FINE_BINS + (HIST_UNTIL_MS - FINE_UNTIL_MS) as usize],
             sum: 0.0,
             n: 0,
         }
@@ -248,8 +267,14 @@ impl Default for Histogram {
 
 impl Histogram {
     fn add(&mut self, ms: f64) {
-        let i = (ms.max(0.0) as usize).min(self.bins.len() - 1);
-        self.bins[i] += 1;
+        let ms_ = ms.max(0.0);
+        let i = if ms_ < FINE_UNTIL_MS {
+            (ms_ * FINE_PER_MS) as usize
+        } else {
+            FINE_BINS + (ms_ - FINE_UNTIL_MS) as usize
+        };
+        let last = self.bins.len() - 1;
+        self.bins[i.min(last)] += 1;
         self.sum += ms;
         self.n += 1;
     }
@@ -258,16 +283,21 @@ impl Histogram {
         self.sum / self.n.max(1) as f64
     }
 
+    /// The `q` quantile, at its bin's middle.
     fn quantile(&self, q: f64) -> f64 {
-        let want = (q * self.n as f64).ceil() as u64;
+        let want = ((q * self.n as f64).ceil() as u64).max(1);
         let mut seen = 0;
         for (i, c) in self.bins.iter().enumerate() {
             seen += c;
-            if seen >= want.max(1) {
-                return i as f64 + 0.5;
+            if seen >= want {
+                return if i < FINE_BINS {
+                    (i as f64 + 0.5) / FINE_PER_MS
+                } else {
+                    FINE_UNTIL_MS + (i - FINE_BINS) as f64 + 0.5
+                };
             }
         }
-        self.bins.len() as f64
+        HIST_UNTIL_MS
     }
 }
 
@@ -405,6 +435,7 @@ pub fn run(world: &World, policy: &Policy) -> Result<Report, SteeringError> {
     let (fastly, cloudflare) = (pid("fastly")?, pid("cloudflare")?);
     let rum = &policy.steering.rum;
     let floor = policy.steering.floors.measurement.bp();
+    let windows = rum.windows();
     let mut board = Scoreboard::new(ScoreboardConfig::from_policy(rum), &providers)?;
     let slot = |p: &ProviderId| board.provider_slot(p.as_str());
     let slots = [
@@ -433,6 +464,10 @@ pub fn run(world: &World, policy: &Policy) -> Result<Report, SteeringError> {
     let mut health: BTreeMap<ProviderId, ProviderHealth> = BTreeMap::new();
     let day0 = Timestamp::from_secs(1_764_547_200); // 2025-12-01T00:00:00Z
     let mut trace = report::Trace::new(&networks, world);
+    let traced = world
+        .journal_of
+        .and_then(|i| networks.get(i))
+        .map(|n| cohort_id_for(NetworkKey::Asn(n.asn)));
     let tau = world.cache_tau_min.max(0.01);
     let alpha = 1.0 - (-1.0 / tau).exp();
     let outage_end_excl = world.outage.1 + 0.5;
@@ -451,8 +486,8 @@ pub fn run(world: &World, policy: &Policy) -> Result<Report, SteeringError> {
             health.insert(cloudflare.clone(), ProviderHealth::up(now));
         }
         // The loop decides on what the scoreboard holds.
-        let snapshot = board.snapshot(now, rum.window.get());
-        let cohorts = cohort_inputs(policy, &snapshot, Metric::Ttfb, &scorer, &plan);
+        let snapshots = board.snapshots(now, &windows);
+        let cohorts = cohort_inputs_over(policy, &snapshots, Metric::Ttfb, &scorer, &plan);
         let decision: Decision = decide(
             now,
             &Inputs {
@@ -460,7 +495,7 @@ pub fn run(world: &World, policy: &Policy) -> Result<Report, SteeringError> {
                 current: &plan,
                 cohorts: &cohorts,
                 health: &health,
-                data_as_of: snapshot.newest_sample(),
+                data_as_of: snapshots.last().and_then(Snapshot::newest_sample),
                 state: &state,
             },
         );
@@ -471,11 +506,21 @@ pub fn run(world: &World, policy: &Policy) -> Result<Report, SteeringError> {
             .filter(|(_, h)| h.state == multicdn_core::HealthState::Down)
             .map(|(p, _)| p)
             .collect();
+        if let Some(traced) = &traced {
+            trace.journal.extend(
+                decision
+                    .journal
+                    .iter()
+                    .filter(|e| &e.cohort == traced)
+                    .map(ToString::to_string),
+            );
+        }
         trace.round(now, minute, &decision, &shares, &fastly, floor, &down);
         plan = decision.plan;
         state = decision.state;
         let loop_w = fastly_shares(&plan, &networks, &fastly);
         trace.weights(minute, &loop_w);
+        trace.carved(&plan, &networks);
         // The oracle: 90% to the truly faster provider (at equal warmth) of each network now.
         let oracle_w: Vec<u32> = networks
             .iter()
@@ -550,28 +595,34 @@ pub fn run(world: &World, policy: &Policy) -> Result<Report, SteeringError> {
                     let v = ttfb(p, &hit);
                     if scored && (p == 0 || !cf_down) {
                         a.hist.add(v);
+                        if let Some(x) = a.per_network.get_mut(i) {
+                            x.0 += v;
+                            x.1 += 1;
+                        }
+                        if let Some(x) = a.per_hour.get_mut((minute / 60) as usize) {
+                            x.0 += v;
+                            x.1 += 1;
+                        }
                     }
                     if s == 0 && !pipeline_down && !(p == 1 && cf_down) {
-                        board.insert(&Sample {
-                            at,
-                            metric: Metric::Ttfb,
-                            provider: slots[p],
-                            network,
-                            value: Some(v),
-                        });
+                        // The navigation beacon carries the edge's cache status.
+                        board.insert_navigation(at, slots[p], network, v, hit_draw < hit[p]);
                     }
                 }
                 if !pipeline_down && rng.random::<f64>() < world.probe_rate {
-                    for p in 0..2 {
+                    let mut times = [(slots[0], None), (slots[1], None)];
+                    for (p, time) in times.iter_mut().enumerate() {
                         let ms = truth[p] * user * (world.fetch_sigma * normal(&mut rng)).exp();
+                        time.1 = (p == 0 || !cf_down).then_some(ms);
                         board.insert(&Sample {
                             at,
                             metric: Metric::Probe,
-                            provider: slots[p],
+                            provider: time.0,
                             network,
-                            value: (p == 0 || !cf_down).then_some(ms),
+                            value: time.1,
                         });
                     }
+                    board.insert_pairs(at, network, &times);
                 }
             }
         }

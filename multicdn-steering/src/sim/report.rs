@@ -74,6 +74,8 @@ pub struct Report {
     pub reversals_unchanged: usize,
     /// RUM reversals within two hours in cohorts touched by an event.
     pub reversals_changed: usize,
+    /// The reversals where truth did not change: cohort and minute of the day.
+    pub unchanged_reversals: Vec<(CohortId, u32)>,
     /// RUM moves over the day.
     pub rum_moves: usize,
     /// Degraded networks (fastly above its floor when the degradation began).
@@ -94,7 +96,32 @@ pub struct Report {
     pub max_moved_per_hour_bp: f64,
     /// The policy's hourly cap, bp.
     pub hourly_cap_bp: u32,
+    /// Where the loop's mean loses to the oracle's, network by network, the largest first.
+    pub losses: Vec<NetworkLoss>,
+    /// The loop's mean TTFB minus the oracle's, hour by hour of the day (`NaN`: not scored).
+    pub hourly_loss_ms: Vec<f64>,
     trace: Trace,
+}
+
+/// One network's part of the gap between the loop's mean TTFB and the oracle's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkLoss {
+    /// The network.
+    pub asn: u32,
+    /// Its traffic rank (0 is the busiest).
+    pub rank: usize,
+    /// Its region.
+    pub region: &'static str,
+    /// Its share of the day's traffic.
+    pub share: f64,
+    /// The mean true difference between the two providers over the day, ms.
+    pub truth_gap_ms: f64,
+    /// Minutes it steered as its own cohort.
+    pub own_minutes: u32,
+    /// Its loads' mean TTFB under the loop minus under the oracle, ms.
+    pub loss_ms: f64,
+    /// Its part of the difference of the overall means, ms.
+    pub contribution_ms: f64,
 }
 
 /// What the run records as it goes.
@@ -112,6 +139,10 @@ pub(crate) struct Trace {
     deadman: Vec<u32>,
     networks_of: HashMap<CohortId, Vec<usize>>,
     asns: Vec<u32>,
+    /// Minutes each network steered as its own cohort.
+    own_minutes: Vec<u32>,
+    /// The journal of the network `World::journal_of` names.
+    pub(crate) journal: Vec<String>,
 }
 
 impl Trace {
@@ -126,6 +157,8 @@ impl Trace {
             deadman: Vec::new(),
             networks_of: HashMap::new(),
             asns: networks.iter().map(|n| n.asn).collect(),
+            own_minutes: vec![0; networks.len()],
+            journal: Vec::new(),
         }
     }
 
@@ -175,6 +208,23 @@ impl Trace {
     pub(crate) fn weights(&mut self, _minute: u32, w: &[u32]) {
         for (v, x) in self.weights.iter_mut().zip(w) {
             v.push(*x);
+        }
+    }
+
+    /// Counts a minute for every network with a cohort of its own in `plan`.
+    pub(crate) fn carved(&mut self, plan: &multicdn_core::SteeringPlan, networks: &[Network]) {
+        let own: std::collections::HashSet<u32> = plan
+            .cohorts
+            .iter()
+            .filter_map(|c| match c.networks.as_slice() {
+                [multicdn_core::NetworkKey::Asn(a)] => Some(*a),
+                _ => None,
+            })
+            .collect();
+        for (m, n) in self.own_minutes.iter_mut().zip(networks) {
+            if own.contains(&n.asn) {
+                *m += 1;
+            }
         }
     }
 
@@ -241,6 +291,7 @@ pub(crate) fn finish(
     // RUM reversals within two hours.
     let mut last: HashMap<&CohortId, (u32, bool)> = HashMap::new();
     let (mut rev_unchanged, mut rev_changed) = (0, 0);
+    let mut unchanged_reversals = Vec::new();
     for (minute, cohort, toward) in &trace.rum {
         if let Some((at, dir)) = last.get(cohort)
             && dir != toward
@@ -254,6 +305,7 @@ pub(crate) fn finish(
                 rev_changed += 1;
             } else {
                 rev_unchanged += 1;
+                unchanged_reversals.push(((*cohort).clone(), *minute));
             }
         }
         last.insert(cohort, (*minute, *toward));
@@ -300,6 +352,49 @@ pub(crate) fn finish(
         .iter()
         .find(|m| **m >= pipeline)
         .map(|m| m - pipeline);
+    let total_loads = worlds.first().map_or(0, |a| a.hist.n).max(1) as f64;
+    let mut losses: Vec<NetworkLoss> = networks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| {
+            let (l, o) = (
+                worlds.first()?.per_network.get(i)?,
+                worlds.last()?.per_network.get(i)?,
+            );
+            if l.1 == 0 || o.1 == 0 {
+                return None;
+            }
+            let loss = l.0 / l.1 as f64 - o.0 / o.1 as f64;
+            let truth = trace.truth.get(i)?;
+            Some(NetworkLoss {
+                asn: n.asn,
+                rank: i,
+                region: REGIONS[n.region].0,
+                share: n.share,
+                truth_gap_ms: truth.iter().map(|t| (t[0] - t[1]).abs()).sum::<f64>()
+                    / truth.len().max(1) as f64,
+                own_minutes: trace.own_minutes.get(i).copied().unwrap_or(0),
+                loss_ms: loss,
+                contribution_ms: loss * l.1 as f64 / total_loads,
+            })
+        })
+        .collect();
+    losses.sort_by(|a, b| b.contribution_ms.total_cmp(&a.contribution_ms));
+    let hourly_loss_ms = match (worlds.first(), worlds.last()) {
+        (Some(l), Some(o)) => l
+            .per_hour
+            .iter()
+            .zip(&o.per_hour)
+            .map(|(l, o)| {
+                if l.1 == 0 || o.1 == 0 {
+                    f64::NAN
+                } else {
+                    l.0 / l.1 as f64 - o.0 / o.1 as f64
+                }
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     let mut max_hour = 0.0f64;
     for m in 0..trace.moved.len() {
         let from = m.saturating_sub(59);
@@ -312,6 +407,7 @@ pub(crate) fn finish(
         strategies,
         reversals_unchanged: rev_unchanged,
         reversals_changed: rev_changed,
+        unchanged_reversals,
         rum_moves: trace.rum.len(),
         degraded,
         moved_within_10: within_10,
@@ -322,14 +418,28 @@ pub(crate) fn finish(
         floor_violations: trace.floor_violations,
         max_moved_per_hour_bp: max_hour,
         hourly_cap_bp: policy.steering.guardrails.max_moved_per_hour.bp(),
+        losses,
+        hourly_loss_ms,
         trace,
     }
 }
 
 impl Report {
+    /// The journal entries of the cohort of the network [`World::journal_of`] names, one line
+    /// each (empty when it names none).
+    pub fn journal(&self) -> &[String] {
+        &self.trace.journal
+    }
+
     /// The networks' ASNs, busiest first (the SVG's `network` is an index into them).
     pub fn asns(&self) -> &[u32] {
         &self.trace.asns
+    }
+
+    /// Network `index`'s planned fastly share (bp) and its truth (fastly, cloudflare ms),
+    /// minute by minute; `None` for an unknown index.
+    pub fn timeline(&self, index: usize) -> Option<(&[u32], &[[f64; 2]])> {
+        Some((self.trace.weights.get(index)?, self.trace.truth.get(index)?))
     }
 
     /// An SVG of network `index`'s planned fastly share against its truth (fastly minus
@@ -401,7 +511,7 @@ impl fmt::Display for Report {
         for s in &self.strategies {
             writeln!(
                 f,
-                "  {:<16} mean {:>6.1} ms   p75 {:>6.1} ms   ({} loads)",
+                "  {:<16} mean {:>7.2} ms   p75 {:>7.2} ms   ({} loads)",
                 s.strategy.name(),
                 s.mean_ms,
                 s.p75_ms,
@@ -426,6 +536,14 @@ impl fmt::Display for Report {
             "RUM moves {}; reversals within 2 h: {} where truth did not change, {} where it did",
             self.rum_moves, self.reversals_unchanged, self.reversals_changed
         )?;
+        if !self.unchanged_reversals.is_empty() {
+            let list: Vec<String> = self
+                .unchanged_reversals
+                .iter()
+                .map(|(c, m)| format!("{c} at {:02}:{:02}", m / 60, m % 60))
+                .collect();
+            writeln!(f, "  where truth did not change: {}", list.join(", "))?;
+        }
         let m = |x: Option<u32>| x.map_or_else(|| "never".to_owned(), |v| format!("{v} min"));
         writeln!(
             f,
@@ -446,6 +564,46 @@ impl fmt::Display for Report {
             f,
             "floors: {} rounds with a healthy provider under its floor; hourly cap: at most {:.0} bp moved in any hour (cap {} bp)",
             self.floor_violations, self.max_moved_per_hour_bp, self.hourly_cap_bp
-        )
+        )?;
+        let (own, region): (Vec<&NetworkLoss>, Vec<&NetworkLoss>) = self
+            .losses
+            .iter()
+            .partition(|l| l.own_minutes * 2 >= self.trace.moved.len() as u32);
+        let sum = |v: &[&NetworkLoss]| v.iter().map(|l| l.contribution_ms).sum::<f64>();
+        writeln!(
+            f,
+            "loss to the oracle's mean: {:.2} ms from {} networks steered as their own cohort most of the day, {:.2} ms from {} steered with their region; the largest:",
+            sum(&own),
+            own.len(),
+            sum(&region),
+            region.len()
+        )?;
+        let hours: Vec<String> = self
+            .hourly_loss_ms
+            .iter()
+            .map(|l| {
+                if l.is_nan() {
+                    "-".to_owned()
+                } else {
+                    format!("{l:.1}")
+                }
+            })
+            .collect();
+        writeln!(f, "loss to the oracle by hour (ms): {}", hours.join(" "))?;
+        for l in self.losses.iter().take(8) {
+            writeln!(
+                f,
+                "  AS{} (rank {}, {}, {:.1}% of traffic, true gap {:.1} ms, own cohort {} min): {:+.1} ms a load, {:+.2} ms of the mean",
+                l.asn,
+                l.rank,
+                l.region,
+                l.share * 100.0,
+                l.truth_gap_ms,
+                l.own_minutes,
+                l.loss_ms,
+                l.contribution_ms
+            )?;
+        }
+        Ok(())
     }
 }
