@@ -40,7 +40,7 @@ use multicdn_providers::fanout::{
     EventSink, FanoutError, FanoutReport, Outstanding, PurgeFanout, UnknownProviders,
 };
 use multicdn_steering::beacon::{Beacon, Received};
-use multicdn_steering::engine::cohorts::cohort_inputs;
+use multicdn_steering::engine::cohorts::cohort_inputs_over;
 use multicdn_steering::engine::{self, EngineState, Inputs};
 use multicdn_steering::error::SteeringError;
 use multicdn_steering::ingest::{IngestReport, Ingestor};
@@ -948,23 +948,28 @@ impl Controller {
         self.sync_monitor(&mut st.ledger, now);
         let health: BTreeMap<ProviderId, ProviderHealth> = st.ledger.health();
 
-        let snapshot = {
+        // Every window of the policy's ladder in one pass: a network too thin in `window` is
+        // judged on its own longer history, never on a coarser cut.
+        let ladder = {
             let mut board = self
                 .inner
                 .board
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             board.expire(now);
-            board.snapshot(now, self.inner.policy.steering.rum.window.get())
+            board.snapshots(now, &self.inner.policy.steering.rum.windows())
         };
         let fed = *self
             .inner
             .fed_as_of
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        // The newest sample the longest window holds: after a pipeline outage longer than
+        // `window` the deadman still knows when evidence stopped.
+        let newest = ladder.last().and_then(Snapshot::newest_sample);
         let data_as_of = match fed {
-            None => snapshot.newest_sample(),
-            Some(cap) => snapshot.newest_sample().zip(cap).map(|(n, c)| n.min(c)),
+            None => newest,
+            Some(cap) => newest.zip(cap).map(|(n, c)| n.min(c)),
         };
         let effective;
         let policy: &Policy = if st.overrides.is_empty() {
@@ -982,13 +987,23 @@ impl Controller {
                 .unwrap_or_else(PoisonError::into_inner)
                 .snapshot(now, window)
         });
-        let cohorts = cohort_inputs(
+        let cohorts = cohort_inputs_over(
             policy,
-            &snapshot,
+            &ladder,
             Metric::Ttfb,
             self.inner.scorer.as_ref(),
             &st.plan,
         );
+        // The round's record (dashboard, API) shows the decision window, the ladder's first.
+        let snapshot = match ladder.into_iter().next() {
+            Some(first) => first,
+            None => self
+                .inner
+                .board
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .snapshot(now, policy.steering.rum.window.get()),
+        };
         let decision = engine::decide(
             now,
             &Inputs {
