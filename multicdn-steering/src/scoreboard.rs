@@ -1031,7 +1031,7 @@ impl Scoreboard {
     }
 
     /// One [`Snapshot`] per window, in the order given (the policy's
-    /// [`RumPolicy::windows`], shortest first, for
+    /// [`RumPolicy::read_windows`], shortest first, for
     /// [`cohort_inputs_over`](crate::engine::cohorts::cohort_inputs_over)).
     ///
     /// The windows all end at `now`, so one pass over each cell's buckets, newest first,

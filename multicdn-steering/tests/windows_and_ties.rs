@@ -66,7 +66,7 @@ fn round_over_ladder(
     now: Timestamp,
     plan: &SteeringPlan,
 ) -> (Vec<CohortInput>, Decision) {
-    let ladder = b.snapshots(now, &policy.steering.rum.windows());
+    let ladder = b.snapshots(now, &policy.steering.rum.read_windows());
     let scorer = AvailabilityThenLatency::from_policy(&policy.steering.rum);
     let cohorts = cohort_inputs_over(policy, &ladder, Metric::Ttfb, &scorer, plan);
     let d = decide(
@@ -190,6 +190,71 @@ fn a_change_in_the_latest_window_moves_a_network_judged_on_a_long_one() {
     let moves = rum_moves(&d, "as3320");
     assert_eq!(moves.len(), 1, "{:?}", d.journal);
     assert!(moves[0].after.get(&p("fastly")) < 9_000);
+}
+
+/// A busy network, judged on the policy's 15-minute window, three minutes into a bucket;
+/// fastly degraded by 140 ms for those three minutes: a fifth of the window's samples, not
+/// enough to move its p75 past cloudflare's, but the latest half window shows the change and
+/// the cohort moves now.
+#[test]
+fn a_busy_network_moves_on_a_change_in_the_latest_half_window() {
+    let policy = policy();
+    let now = t0() + Duration::from_secs(3 * 60);
+    let three_minutes_ago = t0();
+    let mut rng = Rng(9);
+    let setup = |degraded: bool, rng: &mut Rng| {
+        let mut b = board(&policy);
+        let load = |provider, n, minutes: u64, median| Load {
+            asn: 7922,
+            country: "US",
+            provider,
+            n,
+            over: Duration::from_secs(minutes * 60),
+            median,
+        };
+        navigations(
+            &mut b,
+            rng,
+            three_minutes_ago,
+            &load("fastly", 1_650, 11, 60.0),
+            true,
+        );
+        let recent = load("fastly", 450, 3, if degraded { 200.0 } else { 60.0 });
+        navigations(&mut b, rng, now, &recent, true);
+        navigations(&mut b, rng, now, &load("cloudflare", 560, 14, 90.0), true);
+        b
+    };
+    let mut plan = policy.static_plan();
+    plan.cohorts.insert(
+        0,
+        CohortPlan {
+            cohort: c("as7922"),
+            networks: [NetworkKey::Asn(7922)].into(),
+            weights: w(9_000),
+        },
+    );
+    let (_, d) = round_over_ladder(&policy, &setup(false, &mut rng), now, &plan);
+    assert!(rum_moves(&d, "as7922").is_empty(), "{:?}", d.journal);
+    let b = setup(true, &mut rng);
+    // On the window alone, fastly still looks the faster at the p75.
+    let window = b.snapshot(now, policy.steering.rum.window.get());
+    let p75 = |name: &str| {
+        window
+            .cell(Metric::TtfbHit, NetworkKey::Asn(7922), &p(name))
+            .stats
+            .p75
+            .unwrap()
+    };
+    assert!(
+        p75("fastly") < p75("cloudflare"),
+        "{} {}",
+        p75("fastly"),
+        p75("cloudflare")
+    );
+    let (_, d) = round_over_ladder(&policy, &b, now, &plan);
+    let moves = rum_moves(&d, "as7922");
+    assert_eq!(moves.len(), 1, "{:?}", d.journal);
+    assert!(moves[0].after.get(&p("fastly")) < 9_000, "{}", moves[0]);
 }
 
 /// Cloudflare's navigations carry a cold cache's misses; its hits are as fast as fastly's.

@@ -957,7 +957,7 @@ impl Controller {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             board.expire(now);
-            board.snapshots(now, &self.inner.policy.steering.rum.windows())
+            board.snapshots(now, &self.inner.policy.steering.rum.read_windows())
         };
         let fed = *self
             .inner
@@ -994,8 +994,9 @@ impl Controller {
             self.inner.scorer.as_ref(),
             &st.plan,
         );
-        // The round's record (dashboard, API) shows the decision window, the ladder's first.
-        let snapshot = match ladder.into_iter().next() {
+        // The round's record (dashboard, API) shows the decision window.
+        let window = policy.steering.rum.window.get();
+        let snapshot = match ladder.into_iter().find(|s| s.window >= window) {
             Some(first) => first,
             None => self
                 .inner

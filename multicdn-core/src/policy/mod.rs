@@ -724,6 +724,20 @@ impl RumPolicy {
             .max(self.window.get())
     }
 
+    /// The latest part of `window`, half of it: read only to see a change within a longer
+    /// window (a degradation shows here minutes before it moves a whole window's percentile).
+    pub fn latest_window(&self) -> Duration {
+        self.window.get() / 2
+    }
+
+    /// Every window a round reads, shortest first: [`RumPolicy::latest_window`], then
+    /// [`RumPolicy::windows`].
+    pub fn read_windows(&self) -> Vec<Duration> {
+        let mut out = vec![self.latest_window()];
+        out.extend(self.windows());
+        out
+    }
+
     /// The windows a network is judged on, shortest first: `window`, doubled while shorter
     /// than `max_window`, then `max_window`.
     pub fn windows(&self) -> Vec<Duration> {

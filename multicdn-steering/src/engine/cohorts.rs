@@ -23,11 +23,13 @@
 //! **Windows.** A network is judged on the policy's `window` when its own evidence there is
 //! sufficient, else on twice, four times... the window up to `max_window`
 //! ([`RumPolicy::windows`](multicdn_core::policy::RumPolicy::windows)): a busy network
-//! reacts within minutes, a sparse one is judged at all. A long window must not hide a change:
-//! a provider whose latest window differs from the long one by more than [`CHANGE_Z`] standard
+//! reacts within minutes, a sparse one is judged at all. A window must not hide a change within
+//! it: a provider whose latest half window
+//! ([`RumPolicy::latest_window`](multicdn_core::policy::RumPolicy::latest_window), read only for
+//! this) differs from the window it is judged on by more than [`CHANGE_Z`] standard
 //! errors and by a material amount (the policy's gaps), on the deciding signal or on cache
 //! hits, has the change added to its score (and its error widened), so a regional degradation
-//! moves a sparse network within minutes too.
+//! moves a network within minutes whichever window judges it.
 //!
 //! **Own evidence only.** An ASN is scored on its own cut or not at all: when its cells go thin
 //! in every window it gets no input, so a cohort already in force holds its weights (and rejoins
@@ -73,18 +75,26 @@ pub fn cohort_inputs(
 
 /// [`cohort_inputs`] over snapshots of several windows, the shortest first (as
 /// [`Scoreboard::snapshots`](crate::scoreboard::Scoreboard::snapshots) reads them for
-/// [`RumPolicy::windows`](multicdn_core::policy::RumPolicy::windows)): an ASN too thin in one
-/// is judged on the next; regions on the first.
+/// [`RumPolicy::read_windows`](multicdn_core::policy::RumPolicy::read_windows)): an ASN too thin
+/// in one is judged on the next; regions on the first of at least the policy's `window`.
+/// Snapshots shorter than `window` are the latest part of it, read only for the change test.
 pub fn cohort_inputs_over(
     policy: &Policy,
-    ladder: &[Snapshot],
+    snapshots: &[Snapshot],
     metric: Metric,
     scorer: &dyn Scorer,
     current: &SteeringPlan,
 ) -> Vec<CohortInput> {
+    let judged_from = snapshots
+        .iter()
+        .position(|s| s.window >= policy.steering.rum.window.get())
+        .unwrap_or(0);
+    let (recent, ladder) = snapshots.split_at(judged_from);
     let Some(snapshot) = ladder.first() else {
         return Vec::new();
     };
+    // The latest part of the evidence, against which a longer window is tested for a change.
+    let latest = recent.first().unwrap_or(snapshot);
     let providers = policy.provider_ids();
     let static_plan = policy.static_plan();
     let total = snapshot.samples(metric, NetworkKey::Global).max(1) as f64;
@@ -235,7 +245,7 @@ pub fn cohort_inputs_over(
         // the noise, and by a material amount, changed within it: the change is added to its
         // score. Either signal can show it (navigation is the denser where the provider
         // carries most of the traffic).
-        if let Some(latest) = ladder.first().filter(|l| !std::ptr::eq(*l, snapshot)) {
+        if !std::ptr::eq(latest, snapshot) {
             let mut list: Vec<ProviderEvidence> = evidence.to_vec();
             let mut changed = Vec::new();
             for e in &mut list {

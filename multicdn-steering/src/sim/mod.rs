@@ -30,7 +30,7 @@
 //! same users (common random numbers), keeps its own caches, and actuates through the same DNS
 //! lag. The loop is the public API end to end: beacons into a [`Scoreboard`], the snapshots of
 //! the policy's window ladder ([`Scoreboard::snapshots`] of
-//! [`RumPolicy::windows`](multicdn_core::policy::RumPolicy::windows)),
+//! [`RumPolicy::read_windows`](multicdn_core::policy::RumPolicy::read_windows)),
 //! [`cohort_inputs_over`], [`decide`] with `data_as_of` from [`Snapshot::newest_sample`].
 //!
 //! [`Snapshot::newest_sample`]: crate::scoreboard::Snapshot::newest_sample
@@ -435,7 +435,7 @@ pub fn run(world: &World, policy: &Policy) -> Result<Report, SteeringError> {
     let (fastly, cloudflare) = (pid("fastly")?, pid("cloudflare")?);
     let rum = &policy.steering.rum;
     let floor = policy.steering.floors.measurement.bp();
-    let windows = rum.windows();
+    let windows = rum.read_windows();
     let mut board = Scoreboard::new(ScoreboardConfig::from_policy(rum), &providers)?;
     let slot = |p: &ProviderId| board.provider_slot(p.as_str());
     let slots = [
