@@ -6,16 +6,15 @@
 //! before the region holding it. A new cohort starts from its region's weights in force; a
 //! cohort listed twice keeps its first entry.
 
-use std::borrow::Cow;
 use std::hash::BuildHasherDefault;
-use std::sync::Arc;
 
 use multicdn_core::policy::Pin;
 use multicdn_core::{CohortId, CohortPlan, NetworkKey, Networks, SteeringPlan, Timestamp};
 
 use super::state::{self, CohortMemory};
 use super::{
-    CohortInput, Ctx, IdHasher, IdMap, Inputs, Work, cohort_id_for, default_cohort_id, same_cohort,
+    CohortInput, Ctx, IdHasher, IdMap, Inputs, Memory, Work, cohort_id_for, default_cohort_id,
+    same_cohort,
 };
 
 /// What the round's cohorts borrow: the static plan, and the pins in force with their cohorts.
@@ -88,21 +87,13 @@ impl<'a> Frame<'a> {
             if self.region_of(&c.cohort).is_none() {
                 hashes.push((id_hash(&c.cohort), work.len()));
                 let entry = lookup.get(&c.cohort);
-                let (old, kept, own) = memory_of(entry);
-                work.push(Work {
-                    id: &c.cohort,
-                    networks: &c.networks,
-                    input: None,
-                    share: 0.0,
-                    w: Cow::Borrowed(&c.weights),
-                    region: false,
-                    parent: entry.and_then(|e| e.parent.as_ref()),
-                    old,
-                    kept,
-                    own,
-                    moved: false,
-                    unfloored: false,
-                });
+                work.push(Work::new(
+                    &c.cohort,
+                    &c.networks,
+                    &c.weights,
+                    memory_of(entry),
+                    entry.and_then(|e| e.parent.as_ref()),
+                ));
             }
         }
         hashes.sort_unstable();
@@ -164,21 +155,13 @@ impl<'a> Frame<'a> {
                             continue;
                         };
                         index.insert(&i.cohort, work.len());
-                        let (old, kept, own) = memory_of(lookup.get(&i.cohort));
-                        work.push(Work {
-                            id: &i.cohort,
-                            networks: &i.networks,
-                            input: None,
-                            share: 0.0,
-                            w: Cow::Borrowed(start),
-                            region: false,
-                            old,
-                            kept,
-                            own,
-                            parent: None,
-                            moved: false,
-                            unfloored: false,
-                        });
+                        work.push(Work::new(
+                            &i.cohort,
+                            &i.networks,
+                            start,
+                            memory_of(lookup.get(&i.cohort)),
+                            None,
+                        ));
                         work.len() - 1
                     }
                 }
@@ -210,21 +193,13 @@ impl<'a> Frame<'a> {
                         .map(|r| &self.static_plan.cohorts[r].weights)
                 });
                 if let Some(start) = start {
-                    let (old, kept, own) = memory_of(lookup.get(id));
-                    work.push(Work {
+                    work.push(Work::new(
                         id,
                         networks,
-                        input: None,
-                        share: 0.0,
-                        w: Cow::Borrowed(start),
-                        region: false,
-                        old,
-                        kept,
-                        own,
-                        parent: Some(parent),
-                        moved: false,
-                        unfloored: false,
-                    });
+                        start,
+                        memory_of(lookup.get(id)),
+                        Some(parent),
+                    ));
                 }
             }
         }
@@ -234,21 +209,17 @@ impl<'a> Frame<'a> {
                 .map_or(&c.weights, |cur| &cur.weights);
             let input = region_inputs[r];
             let entry = lookup.get(&c.cohort);
-            let (old, kept, own) = memory_of(entry);
-            work.push(Work {
-                id: &c.cohort,
-                networks: &c.networks,
-                input,
-                share: input.map_or(0.0, |i| i.share),
-                w: Cow::Borrowed(w),
-                region: true,
-                parent: entry.and_then(|e| e.parent.as_ref()),
-                old,
-                kept,
-                own,
-                moved: false,
-                unfloored: false,
-            });
+            let mut region = Work::new(
+                &c.cohort,
+                &c.networks,
+                w,
+                memory_of(entry),
+                entry.and_then(|e| e.parent.as_ref()),
+            );
+            region.region = true;
+            region.input = input;
+            region.share = input.map_or(0.0, |i| i.share);
+            work.push(region);
         }
         work
     }
@@ -304,14 +275,7 @@ fn find_hashed(hashes: &[(u64, usize)], work: &[Work<'_>], id: &CohortId) -> Opt
 
 /// A cohort's memory from the last round (its entry, read in plan order), shared, and a pruned
 /// copy when it has moves older than the hour.
-fn memory_of(
-    entry: Option<&state::Entry>,
-    now: Timestamp,
-) -> (
-    &CohortMemory,
-    Option<&Arc<CohortMemory>>,
-    Option<Box<CohortMemory>>,
-) {
+fn memory_of(entry: Option<&state::Entry>, now: Timestamp) -> Memory<'_> {
     let kept = entry.and_then(|e| e.memory.as_ref());
     let mem = kept.map_or(&IDLE, |m| &**m);
     let own = mem

@@ -177,11 +177,11 @@ pub fn cohort_inputs_over(
     asns.extend(existing.keys().copied());
     asns.sort_unstable();
     asns.dedup();
+    let longest = ladder.last().unwrap_or(snapshot);
     for asn in asns {
         let own_cut = NetworkKey::Asn(asn);
         // The unbiased signals, paired probes first, then navigations served from cache; raw
         // navigation (which carries the cache-warmth bias) only where neither runs at all.
-        let longest = ladder.last().unwrap_or(snapshot);
         let unbiased = [Metric::Probe, Metric::TtfbHit]
             .into_iter()
             .filter(|m| *m != metric && longest.samples(*m, own_cut) > 0)

@@ -633,7 +633,39 @@ struct Work<'a> {
     unfloored: bool,
 }
 
-impl Work<'_> {
+/// A cohort's memory from the last round, as [`assemble`] reads it: the memory, the shared
+/// entry it came from, and a pruned copy when it had moves older than the hour.
+type Memory<'a> = (
+    &'a CohortMemory,
+    Option<&'a Arc<CohortMemory>>,
+    Option<Box<CohortMemory>>,
+);
+
+impl<'a> Work<'a> {
+    /// A cohort with `w` in force, its input (if any) attached later.
+    fn new(
+        id: &'a CohortId,
+        networks: &'a Networks,
+        w: &'a Weights,
+        (old, kept, own): Memory<'a>,
+        parent: Option<&'a CohortId>,
+    ) -> Work<'a> {
+        Work {
+            id,
+            networks,
+            input: None,
+            share: 0.0,
+            w: Cow::Borrowed(w),
+            region: false,
+            old,
+            kept,
+            own,
+            parent,
+            moved: false,
+            unfloored: false,
+        }
+    }
+
     #[inline]
     fn mem(&self) -> &CohortMemory {
         self.own.as_deref().unwrap_or(self.old)
