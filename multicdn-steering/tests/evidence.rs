@@ -88,6 +88,35 @@ fn add_paired(
     }
 }
 
+/// AS3320 with both providers equally fast on `n` paired loads (users' own speed spread by
+/// `user`), and navigations showing cloudflare, at a tenth of fastly's traffic, slower by the
+/// miss penalty of a cold cache.
+fn equal_on_pairs(
+    policy: &Policy,
+    now: Timestamp,
+    n: u64,
+    median: f64,
+    user: f64,
+    seed: u64,
+) -> Scoreboard {
+    let mut b = board(policy);
+    let mut rng = Rng(seed);
+    add_paired(&mut b, &mut rng, now, 3320, n, median, median, user);
+    for (provider, count, ms) in [("fastly", 9 * n, median), ("cloudflare", n, median + 80.0)] {
+        add(
+            &mut b,
+            &mut rng,
+            now,
+            3320,
+            Metric::Ttfb,
+            provider,
+            count,
+            ms,
+        );
+    }
+    b
+}
+
 /// One round on the board's last hour, from the static plan (plus `plan`'s changes).
 fn round(
     policy: &Policy,
@@ -184,7 +213,12 @@ fn paired_evidence_moves_a_cohort_too_thin_for_independent_samples() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    // The cases come from a fixed seed: the rules are statistical (see the chance-move rate
+    // below), and a run must not fail on a new draw from the one-in-two-thousand tail.
+    #![proptest_config(ProptestConfig {
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x6d75_6c74_6963_646e),
+        ..ProptestConfig::with_cases(24)
+    })]
 
     /// The thin-cohort rule with paired probes: AS3320's pairs are fewer than `min_pairs`;
     /// its country's, another network's, show cloudflare far faster. It holds.
@@ -227,11 +261,7 @@ proptest! {
     ) {
         let policy = common::policy(RUM);
         let now = Timestamp::parse_rfc3339("2027-03-02T12:00:00Z").unwrap();
-        let mut b = board(&policy);
-        let mut rng = Rng(seed);
-        add_paired(&mut b, &mut rng, now, 3320, n, median, median, user);
-        add(&mut b, &mut rng, now, 3320, Metric::Ttfb, "fastly", 9 * n, median);
-        add(&mut b, &mut rng, now, 3320, Metric::Ttfb, "cloudflare", n, median + 80.0);
+        let b = equal_on_pairs(&policy, now, n, median, user, seed);
         let (cohorts, d) = round(&policy, &b, now, &policy.static_plan());
         prop_assert!(cohorts.iter().any(|i| i.cohort == c("as3320")), "AS3320 is judged");
         prop_assert!(
@@ -370,4 +400,28 @@ proptest! {
             state = d.state;
         }
     }
+}
+
+/// The rule is a two-sided 95% test with the policy's fixed gaps on top, so equal providers
+/// can show a significant gap by chance; measured here, they do in about one cohort in two
+/// thousand (the property above runs its cases from a fixed seed for that reason). Over a
+/// thousand independent draws of the same world, fewer than one in two hundred moves.
+#[test]
+fn equal_providers_move_on_chance_in_fewer_than_one_cohort_in_two_hundred() {
+    let policy = common::policy(RUM);
+    let now = Timestamp::parse_rfc3339("2027-03-02T12:00:00Z").unwrap();
+    let mut draw = Rng(12_345);
+    let trials = 1_000;
+    let mut moved = 0;
+    for k in 0..trials {
+        let n = 80 + (draw.next() * 320.0) as u64;
+        let median = 20.0 + draw.next() * 180.0;
+        let user = 0.1 + draw.next() * 0.5;
+        let b = equal_on_pairs(&policy, now, n, median, user, 1 + k);
+        let (_, d) = round(&policy, &b, now, &policy.static_plan());
+        if d.journal.iter().any(|e| e.rule == Rule::Rum) {
+            moved += 1;
+        }
+    }
+    assert!(moved * 200 < trials, "{moved} of {trials} moved");
 }

@@ -12,7 +12,7 @@ use super::assemble::Frame;
 use super::guardrails::{Accepted, Settled};
 use super::propose::{Goal, Proposal};
 use super::state::{self, EngineState, LastMove};
-use super::{Ctx, Decision, Mode, Work, moved_between, step_towards};
+use super::{Ctx, Decision, Mode, Work, in_chunks, moved_between, step_towards};
 use crate::journal::{JournalEntry, Rule};
 
 /// Makes the accepted moves (`accepted` in proposal order).
@@ -33,20 +33,11 @@ pub(super) fn apply<'w>(
             continue;
         };
         let item = &mut work[p.work];
-        let mut evidence = p.evidence;
+        let mut evidence = p.why.evidence(item.input);
         let (after, moved, direction) = match p.goal {
-            Goal::Shift {
-                from,
-                to,
-                bp,
-                after: whole,
-            } => {
-                // `bp` never exceeds what `from` has: the whole step moves all of it.
-                let (after, moved) = if allowed == bp {
-                    (whole, bp)
-                } else {
-                    item.w.shift(from, to, allowed)
-                };
+            Goal::Shift { from, to, .. } => {
+                // `allowed` never exceeds what `from` has: all of it moves.
+                let (after, moved) = item.w.shift(from, to, allowed);
                 (after, moved, Some((from.clone(), to.clone())))
             }
             Goal::Weights(target) => {
@@ -87,11 +78,13 @@ pub(super) fn apply<'w>(
 }
 
 /// The round's decision: the plan (finer cohorts that no longer differ from their region and
-/// carry no data retired), the journal, and the memory for the next round.
-pub(super) fn decision(
+/// carry no data retired), the journal, and the memory for the next round. Cohorts are
+/// independent here: a large round writes its plan in chunks on every core, joined in cohort
+/// order.
+pub(super) fn decision<'a>(
     ctx: &Ctx<'_>,
-    frame: &Frame<'_>,
-    work: Vec<Work<'_>>,
+    frame: &Frame<'a>,
+    mut work: Vec<Work<'a>>,
     journal: Vec<JournalEntry>,
     settled: Settled,
 ) -> Decision {
@@ -100,46 +93,69 @@ pub(super) fn decision(
         .iter()
         .map(|i| i.w.as_ref().clone())
         .collect();
-    let mut cohorts = Vec::with_capacity(work.len());
-    let mut memory = state::CohortMemories::with_capacity(work.len());
-    for item in work {
-        if !item.region && item.input.is_none() {
-            let parent_w = item
-                .parent
-                .and_then(|p| frame.region_of(p))
-                .map(|r| &region_w[r]);
-            let busy = item.mem().before_failover.is_some() || item.mem().recovering_to.is_some();
-            let pinned = frame.pins.iter().any(|p| *item.networks == [p.network]);
-            if !busy && !pinned && parent_w == Some(item.w.as_ref()) {
-                continue;
+    // What a cohort's weights are replaced with once the plan has taken them (any weights that
+    // live as long as the inputs: the cohort is not read again). A valid policy has a region.
+    let spent = frame.static_plan.cohorts.first().map(|c| &c.weights);
+    let parts = in_chunks(ctx.threads, work.as_mut_slice(), |_, chunk| {
+        let mut cohorts = Vec::with_capacity(chunk.len());
+        let mut memory = Vec::with_capacity(chunk.len());
+        for item in chunk {
+            if !item.region && item.input.is_none() {
+                let parent_w = item
+                    .parent
+                    .and_then(|p| frame.region_of(p))
+                    .map(|r| &region_w[r]);
+                let busy =
+                    item.mem().before_failover.is_some() || item.mem().recovering_to.is_some();
+                let pinned = frame.pins.iter().any(|p| *item.networks == [p.network]);
+                if !busy && !pinned && parent_w == Some(item.w.as_ref()) {
+                    continue;
+                }
             }
-        }
-        // Finer cohorts keep their parent region, for the rounds their data is missing; a
-        // memory this round left as it was is shared, not copied.
-        let idle = item.mem().is_idle();
-        let parent = item.parent.filter(|_| !idle || !item.region).cloned();
-        if !idle || parent.is_some() {
-            let kept = if idle {
-                None
-            } else {
-                Some(match (item.own, item.kept) {
-                    (Some(own), _) => Arc::new(*own),
-                    (None, Some(kept)) => Arc::clone(kept),
-                    (None, None) => Arc::new(item.old.clone()),
-                })
+            // Finer cohorts keep their parent region, for the rounds their data is missing; a
+            // memory this round left as it was is shared, not copied.
+            let idle = item.mem().is_idle();
+            let parent = item.parent.filter(|_| !idle || !item.region).cloned();
+            if !idle || parent.is_some() {
+                let kept = if idle {
+                    None
+                } else {
+                    Some(match (item.own.take(), item.kept) {
+                        (Some(own), _) => Arc::new(*own),
+                        (None, Some(kept)) => Arc::clone(kept),
+                        (None, None) => Arc::new(item.old.clone()),
+                    })
+                };
+                memory.push(state::Entry {
+                    id: item.id.clone(),
+                    parent,
+                    memory: kept,
+                });
+            }
+            let weights = match spent {
+                Some(spent) => std::mem::replace(&mut item.w, Cow::Borrowed(spent)).into_owned(),
+                None => item.w.as_ref().clone(),
             };
-            memory.push(state::Entry {
-                id: item.id.clone(),
-                parent,
-                memory: kept,
+            cohorts.push(CohortPlan {
+                cohort: item.id.clone(),
+                networks: item.networks.clone(),
+                weights,
             });
         }
-        cohorts.push(CohortPlan {
-            cohort: item.id.clone(),
-            networks: item.networks.clone(),
-            weights: item.w.into_owned(),
-        });
-    }
+        (cohorts, memory)
+    });
+    drop(work);
+    let (cohorts, memory) = if parts.len() == 1 {
+        parts.into_iter().next().unwrap_or_default()
+    } else {
+        let mut cohorts = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+        let mut memory = Vec::with_capacity(parts.iter().map(|p| p.1.len()).sum());
+        for (mut c, mut m) in parts {
+            cohorts.append(&mut c);
+            memory.append(&mut m);
+        }
+        (cohorts, memory)
+    };
     Decision {
         plan: SteeringPlan {
             record: frame.static_plan.record.clone(),
@@ -148,7 +164,7 @@ pub(super) fn decision(
         },
         journal,
         state: EngineState {
-            cohorts: memory,
+            cohorts: state::CohortMemories::from_entries(memory),
             recent: settled.recent,
             recent_recovery: settled.recent_recovery,
             drills: ctx.drill_progress.clone(),

@@ -5,10 +5,22 @@
 
 use std::borrow::Cow;
 
-use super::{Ctx, Work, evidence_of, floored, meets_floors};
+use super::{Ctx, Work, evidence_of, floored, in_chunks, meets_floors};
 use crate::journal::{Evidence, JournalEntry, Rule};
 
 pub(super) fn floors(ctx: &Ctx<'_>, work: &mut [Work<'_>], journal: &mut Vec<JournalEntry>) {
+    // Cohorts are independent here: a large round runs in chunks on every core, journaled in
+    // cohort order.
+    for mut entries in in_chunks(ctx.threads, work, |_, chunk| {
+        let mut entries = Vec::new();
+        floors_chunk(ctx, chunk, &mut entries);
+        entries
+    }) {
+        journal.append(&mut entries);
+    }
+}
+
+fn floors_chunk(ctx: &Ctx<'_>, work: &mut [Work<'_>], journal: &mut Vec<JournalEntry>) {
     let now = ctx.now;
     // 6. Floors that the weights in force did not meet (after a recovery, a hand edit).
     for item in work.iter_mut() {

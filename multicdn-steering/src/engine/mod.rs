@@ -288,10 +288,14 @@ fn default_cohort_id() -> CohortId {
 
 struct Ctx<'a> {
     now: Timestamp,
+    /// Threads the per-cohort phases may use.
+    threads: usize,
     rum: &'a multicdn_core::policy::RumPolicy,
     steering: &'a SteeringPolicy,
     providers: Vec<ProviderId>,
     down: Vec<(ProviderId, Timestamp)>,
+    /// For each provider in `down`: the cumulative share (bp) of its traffic moved by now.
+    failed_over: Vec<u32>,
     floors: Vec<(ProviderId, u32)>,
     /// Configured standbys: no floor, no RUM moves towards them, failed over to only when
     /// every live provider is down.
@@ -320,21 +324,41 @@ impl Ctx<'_> {
             .find(|(q, _)| same(q, p))
             .map_or(0, |(_, f)| *f)
     }
+}
 
-    /// Cumulative share (bp) of a down provider's traffic that has left by now.
-    fn failover_fraction(&self, since: Timestamp) -> u32 {
-        let f = &self.steering.failover;
-        let Some(last) = f.steps.last() else {
-            return TOTAL_BP;
-        };
-        let interval = f.interval.get().as_millis().max(1);
-        let idx = (self.now.since(since).as_millis() / interval) as usize;
-        f.steps.get(idx).unwrap_or(last).bp().min(TOTAL_BP)
-    }
+/// For each down provider: the cumulative share (bp) of its traffic moved by `now`.
+fn failed_over(
+    f: &multicdn_core::policy::Failover,
+    now: Timestamp,
+    down: &[(ProviderId, Timestamp)],
+) -> Vec<u32> {
+    down.iter()
+        .map(|(_, since)| failover_fraction(f, now, *since))
+        .collect()
+}
+
+/// Cumulative share (bp) of a provider's traffic that has left by `now`, down since `since`.
+fn failover_fraction(f: &multicdn_core::policy::Failover, now: Timestamp, since: Timestamp) -> u32 {
+    let Some(last) = f.steps.last() else {
+        return TOTAL_BP;
+    };
+    let interval = f.interval.get().as_millis().max(1);
+    let idx = (now.since(since).as_millis() / interval) as usize;
+    f.steps.get(idx).unwrap_or(last).bp().min(TOTAL_BP)
 }
 
 /// One round of decisions (see the module documentation). Pure: same inputs, same decision.
+///
+/// A round over more than 32,768 cohorts runs its per-cohort phases on every core, in scoped
+/// threads that end before it returns; the decision is the same whatever the number of cores.
 pub fn decide(now: Timestamp, inputs: &Inputs<'_>) -> Decision {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    decide_on(now, inputs, cores)
+}
+
+/// [`decide`] with at most `threads` threads.
+fn decide_on(now: Timestamp, inputs: &Inputs<'_>, threads: usize) -> Decision {
     let policy = inputs.policy;
     let steering = &policy.steering;
     let static_plan = policy.static_plan();
@@ -464,12 +488,15 @@ pub fn decide(now: Timestamp, inputs: &Inputs<'_>) -> Decision {
             }
         }
     }
+    let failed_over = failed_over(&steering.failover, now, &down);
     let ctx = Ctx {
         now,
+        threads,
         rum: &steering.rum,
         steering,
         providers,
         down,
+        failed_over,
         floors,
         standby,
         drills,
@@ -690,6 +717,71 @@ fn same_cohort(a: &CohortId, b: &CohortId) -> bool {
 /// is rounded down to whole steps, and RUM never moves less than one step.
 pub const MOVE_STEP_BP: u32 = 50;
 
+/// Cohorts per chunk below which a phase runs on the calling thread alone: a thread costs tens
+/// of microseconds, a cohort about half of one.
+const CHUNK_MIN: usize = 16_384;
+
+/// Runs `f` over `items` (the round's cohorts, or the plan's) in contiguous chunks, one per
+/// core when the round is large enough to pay for threads (scoped: they end before this
+/// returns), and returns each chunk's result in order; `f` gets the position of the chunk's
+/// first item.
+fn in_chunks<S: Split, T: Send>(
+    threads: usize,
+    items: S,
+    f: impl Fn(usize, S) -> T + Sync,
+) -> Vec<T> {
+    let chunks = threads.min(items.len() / CHUNK_MIN).max(1);
+    if chunks == 1 {
+        return vec![f(0, items)];
+    }
+    let size = items.len().div_ceil(chunks);
+    std::thread::scope(|scope| {
+        let f = &f;
+        let mut rest = items;
+        let mut offset = 0;
+        let mut handles = Vec::with_capacity(chunks);
+        while rest.len() > size {
+            let (chunk, tail) = rest.split(size);
+            let at = offset;
+            handles.push(scope.spawn(move || f(at, chunk)));
+            offset += size;
+            rest = tail;
+        }
+        // The last chunk on this thread.
+        let last = f(offset, rest);
+        let mut out: Vec<T> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect();
+        out.push(last);
+        out
+    })
+}
+
+/// A slice [`in_chunks`] can hand out in parts.
+trait Split: Sized + Send {
+    fn len(&self) -> usize;
+    fn split(self, at: usize) -> (Self, Self);
+}
+
+impl<T: Sync> Split for &[T] {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at(at)
+    }
+}
+
+impl<T: Send> Split for &mut [T] {
+    fn len(&self) -> usize {
+        <[T]>::len(self)
+    }
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at_mut(at)
+    }
+}
+
 /// One round of steering: the phases in order, one module each.
 fn steer(ctx: &Ctx<'_>, inputs: &Inputs<'_>, static_plan: &SteeringPlan) -> Decision {
     let frame = assemble::Frame::new(ctx, static_plan);
@@ -746,21 +838,30 @@ fn health(ctx: &Ctx<'_>, item: &mut Work<'_>, journal: &mut Vec<JournalEntry>) {
     }
     // The memory changes only when the failover begins here, or interrupts a recovery: most
     // rounds of a failover in progress read it and leave it as it was.
-    let base = match &item.mem().before_failover {
-        Some(base) if item.mem().recovering_to.is_none() => base.clone(),
-        _ => {
-            let start = item.w.as_ref().clone();
-            let mem = item.mem_mut();
-            mem.recovering_to = None;
-            mem.before_failover.get_or_insert(start).clone()
+    if item.mem().before_failover.is_none() || item.mem().recovering_to.is_some() {
+        let start = item.w.as_ref().clone();
+        let mem = item.mem_mut();
+        mem.recovering_to = None;
+        mem.before_failover.get_or_insert(start);
+    }
+    // What each down provider may keep of the share it had before the failover; most rounds
+    // of a failover in progress find every one already there, and copy nothing.
+    let mut over: Vec<(&ProviderId, Timestamp, u32, u32)> = Vec::new();
+    if let Some(base) = &item.mem().before_failover {
+        for ((d, since), frac) in ctx.down.iter().zip(&ctx.failed_over) {
+            let allowed =
+                (u64::from(base.get(d)) * u64::from(TOTAL_BP - frac) / u64::from(TOTAL_BP)) as u32;
+            if item.w.get(d) > allowed {
+                over.push((d, *since, *frac, allowed));
+            }
         }
-    };
+    }
+    if over.is_empty() {
+        return;
+    }
     let mut w = item.w.as_ref().clone();
     let mut notes = Vec::new();
-    for (d, since) in &ctx.down {
-        let frac = ctx.failover_fraction(*since);
-        let allowed =
-            (u64::from(base.get(d)) * u64::from(TOTAL_BP - frac) / u64::from(TOTAL_BP)) as u32;
+    for (d, since, frac, allowed) in over {
         let have = w.get(d);
         if have > allowed {
             w = spread(ctx, &w, d, have - allowed);

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use multicdn_core::policy::Pin;
 use multicdn_core::{ProviderId, Weights};
 
-use super::rum::{rum, shown_slower, warmer};
+use super::rum::{RumFacts, rum, shown_slower, warmer};
 use super::state::EngineState;
 use super::{
-    Ctx, Work, drill_step, evidence_of, floored, health, meets_floors, moved_between, respect_down,
-    rounded, share_of, step_towards,
+    CohortInput, Ctx, Work, drill_step, evidence_of, floored, health, in_chunks, meets_floors,
+    moved_between, respect_down, rounded, share_of, step_towards,
 };
 use crate::journal::{Evidence, JournalEntry, Rule};
 
@@ -20,24 +20,69 @@ use crate::journal::{Evidence, JournalEntry, Rule};
 pub(super) enum Goal<'a> {
     /// A split (pins, recovery).
     Weights(Weights),
-    /// A RUM step: `bp` from `from` to `to`, and the split after the whole step (made while
-    /// the cohort's weights are at hand; made again only when a guardrail cuts the step short).
+    /// A RUM step: `bp` from `from` to `to`.
     Shift {
         from: &'a ProviderId,
         to: &'a ProviderId,
         bp: u32,
-        after: Weights,
     },
+}
+
+/// What the rule saw: the journal entry's evidence is written from it for the moves made only
+/// (at a binding hourly cap most proposals are held, and a held one is journaled as `Held`).
+pub(super) enum Why<'a> {
+    Pin(&'a Pin),
+    /// Back towards this split.
+    Recovery(Weights),
+    Rum(RumFacts),
 }
 
 pub(super) struct Proposal<'a> {
     pub(super) work: usize,
     pub(super) goal: Goal<'a>,
-    /// What the rule saw (the journal entry's evidence, if the move is made).
-    pub(super) evidence: Evidence,
+    pub(super) why: Why<'a>,
     pub(super) rule: Rule,
     pub(super) priority: u8,
     pub(super) gap: f64,
+}
+
+impl Why<'_> {
+    /// The journal entry's evidence for the move, from what the rule saw and the cohort's
+    /// input.
+    pub(super) fn evidence(&self, input: Option<&CohortInput>) -> Evidence {
+        match self {
+            Why::Pin(pin) => Evidence {
+                note: format!("pinned until {}: {}", pin.until, pin.reason),
+                ..evidence_of(input)
+            },
+            Why::Recovery(goal) => Evidence {
+                note: format!(
+                    "every provider is up and measured: back towards {goal}, where the cohort \
+                     was before the failover or the deadman"
+                ),
+                ..evidence_of(input)
+            },
+            Why::Rum(facts) => Evidence {
+                gap_ms: Some(rounded(facts.gap, 1e3)),
+                gap_relative: Some(rounded(facts.relative, 1e6)),
+                required_ms: Some(rounded(facts.need_ms, 1e3)),
+                required_relative: Some(rounded(facts.need_rel, 1e6)),
+                switching_back: facts.switching_back,
+                note: facts.note(),
+                providers: input.map_or_else(
+                    || Arc::from(Vec::new()),
+                    |i| {
+                        Arc::clone(if facts.warmer {
+                            &i.experienced
+                        } else {
+                            &i.evidence
+                        })
+                    },
+                ),
+                ..evidence_of(input)
+            },
+        }
+    }
 }
 
 /// What the guardrails read of a proposal: small, so that ordering them is cheap.
@@ -52,11 +97,41 @@ pub(super) struct Ranked {
 }
 
 /// Each cohort's proposal, if any (its failover and drill steps made and journaled on the way),
-/// and the small records the guardrails rank them by.
+/// and the small records the guardrails rank them by. Cohorts are independent here: a large
+/// round runs in chunks on every core, and the chunks' results are joined in cohort order (the
+/// outcome does not depend on how many there were).
 pub(super) fn propose<'w>(
     ctx: &Ctx<'_>,
     old: &EngineState,
-    pins: &[&Pin],
+    pins: &[&'w Pin],
+    work: &mut [Work<'w>],
+    journal: &mut Vec<JournalEntry>,
+) -> (Vec<Proposal<'w>>, Vec<Ranked>) {
+    let chunks = in_chunks(ctx.threads, work, |offset, chunk| {
+        let mut journal = Vec::new();
+        let (proposals, ranked) = propose_chunk(ctx, old, pins, offset, chunk, &mut journal);
+        (proposals, ranked, journal)
+    });
+    let mut proposals = Vec::with_capacity(chunks.iter().map(|c| c.0.len()).sum());
+    let mut ranked = Vec::with_capacity(proposals.capacity());
+    for (mut p, r, mut j) in chunks {
+        let before = proposals.len();
+        ranked.extend(r.into_iter().map(|r| Ranked {
+            proposal: r.proposal + before,
+            ..r
+        }));
+        proposals.append(&mut p);
+        journal.append(&mut j);
+    }
+    (proposals, ranked)
+}
+
+/// [`propose`] for the cohorts `work`, the first of them at `offset` in the round.
+fn propose_chunk<'w>(
+    ctx: &Ctx<'_>,
+    old: &EngineState,
+    pins: &[&'w Pin],
+    offset: usize,
     work: &mut [Work<'w>],
     journal: &mut Vec<JournalEntry>,
 ) -> (Vec<Proposal<'w>>, Vec<Ranked>) {
@@ -64,7 +139,7 @@ pub(super) fn propose<'w>(
     let g = &ctx.steering.guardrails;
     let mut proposals: Vec<Proposal<'_>> = Vec::new();
     let mut ranked: Vec<Ranked> = Vec::new();
-    for (wi, item) in work.iter_mut().enumerate() {
+    for (wi, item) in (offset..).zip(work.iter_mut()) {
         // 1. Health failover.
         health(ctx, item, journal);
         // The weights are read here anyway: hold them now, so that the later passes (the
@@ -94,13 +169,10 @@ pub(super) fn propose<'w>(
         let proposal = if let Some(pin) = pin {
             pin.weights().ok().and_then(|pw| {
                 let target = floored(ctx, &respect_down(ctx, &pw, &item.w));
-                (target != *item.w).then(|| Proposal {
+                (target != *item.w).then_some(Proposal {
                     work: wi,
                     goal: Goal::Weights(target),
-                    evidence: Evidence {
-                        note: format!("pinned until {}: {}", pin.until, pin.reason),
-                        ..evidence_of(item.input)
-                    },
+                    why: Why::Pin(pin),
                     rule: Rule::Pin,
                     priority: 0,
                     gap: 0.0,
@@ -131,13 +203,7 @@ pub(super) fn propose<'w>(
                 (target != *item.w).then(|| Proposal {
                     work: wi,
                     goal: Goal::Weights(target),
-                    evidence: Evidence {
-                        note: format!(
-                            "every provider is up and measured: back towards {goal}, where \
-                             the cohort was before the failover or the deadman"
-                        ),
-                        ..evidence_of(item.input)
-                    },
+                    why: Why::Recovery(goal.clone()),
                     rule: Rule::Recovery,
                     priority: 1,
                     gap: 0.0,
@@ -150,26 +216,8 @@ pub(super) fn propose<'w>(
                     .or_else(|| warmer(ctx, &item.w, input, last))
                     .map(|(from, to, bp, facts)| Proposal {
                         work: wi,
-                        goal: Goal::Shift {
-                            from,
-                            to,
-                            bp,
-                            after: item.w.shift(from, to, bp).0,
-                        },
-                        evidence: Evidence {
-                            gap_ms: Some(rounded(facts.gap, 1e3)),
-                            gap_relative: Some(rounded(facts.relative, 1e6)),
-                            required_ms: Some(rounded(facts.need_ms, 1e3)),
-                            required_relative: Some(rounded(facts.need_rel, 1e6)),
-                            switching_back: facts.switching_back,
-                            note: facts.note(),
-                            providers: if facts.warmer {
-                                Arc::clone(&input.experienced)
-                            } else {
-                                Arc::clone(&input.evidence)
-                            },
-                            ..evidence_of(Some(input))
-                        },
+                        goal: Goal::Shift { from, to, bp },
+                        why: Why::Rum(facts),
                         rule: Rule::Rum,
                         priority: 2,
                         gap: facts.relative,

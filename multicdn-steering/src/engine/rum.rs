@@ -68,7 +68,21 @@ pub(super) fn scored<'i>(
             n += 1;
         }
     }
-    slots[..n].sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    // Slowest first (ties by id): an insertion sort, as a cohort scores two or three providers.
+    let scored = &mut slots[..n];
+    for i in 1..n {
+        let mut j = i;
+        while j > 0
+            && scored[j]
+                .1
+                .total_cmp(&scored[j - 1].1)
+                .then(scored[j - 1].0.cmp(&scored[j].0))
+                .is_gt()
+        {
+            scored.swap(j - 1, j);
+            j -= 1;
+        }
+    }
     n
 }
 

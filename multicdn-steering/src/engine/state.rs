@@ -169,9 +169,10 @@ impl CohortMemories {
         self.index = OnceLock::new();
     }
 
-    pub(crate) fn with_capacity(n: usize) -> CohortMemories {
+    /// The entries of a round, in plan order.
+    pub(crate) fn from_entries(entries: Vec<Entry>) -> CohortMemories {
         CohortMemories {
-            entries: Vec::with_capacity(n),
+            entries,
             index: OnceLock::new(),
         }
     }
@@ -224,24 +225,30 @@ impl PartialEq for CohortMemories {
 
 /// Reads entries in the order they were written, through the index when a cohort is out of
 /// that order.
+/// Entries a [`Lookup`] reads ahead before it asks the index.
+const LOOK_AHEAD: usize = 4;
+
 pub(crate) struct Lookup<'a> {
     memories: &'a CohortMemories,
     next: usize,
 }
 
 impl<'a> Lookup<'a> {
-    pub(crate) fn new(memories: &'a CohortMemories) -> Lookup<'a> {
-        Lookup { memories, next: 0 }
+    /// A lookup that expects its first cohort at about `at`.
+    pub(crate) fn near(memories: &'a CohortMemories, at: usize) -> Lookup<'a> {
+        Lookup { memories, next: at }
     }
 
-    /// A cohort's entry; cheapest when asked in the order they were written.
+    /// A cohort's entry; cheapest when asked in the order they were written (a few entries
+    /// ahead of the last one found, or of where the lookup began, are looked at before the
+    /// index is built).
     pub(crate) fn get(&mut self, cohort: &CohortId) -> Option<&'a Entry> {
         let entries = &self.memories.entries;
-        if let Some(e) = entries.get(self.next)
-            && same_id(&e.id, cohort)
-        {
-            self.next += 1;
-            return Some(e);
+        let from = self.next.min(entries.len());
+        let ahead = &entries[from..entries.len().min(from + LOOK_AHEAD)];
+        if let Some(k) = ahead.iter().position(|e| same_id(&e.id, cohort)) {
+            self.next = from + k + 1;
+            return Some(&ahead[k]);
         }
         if entries.is_empty() {
             return None;

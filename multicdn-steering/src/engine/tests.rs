@@ -855,19 +855,22 @@ fn ctx_of<'a>(
     now: Timestamp,
 ) -> Ctx<'a> {
     let providers = pol.provider_ids();
+    let down: Vec<(ProviderId, Timestamp)> = providers
+        .iter()
+        .filter_map(|p| {
+            health
+                .get(p)
+                .filter(|h| h.state == HealthState::Down)
+                .map(|h| (p.clone(), h.since))
+        })
+        .collect();
     Ctx {
         now,
+        threads: 1,
         rum: &pol.steering.rum,
         steering: &pol.steering,
-        down: providers
-            .iter()
-            .filter_map(|p| {
-                health
-                    .get(p)
-                    .filter(|h| h.state == HealthState::Down)
-                    .map(|h| (p.clone(), h.since))
-            })
-            .collect(),
+        failed_over: failed_over(&pol.steering.failover, now, &down),
+        down,
         floors: providers
             .iter()
             .map(|p| (p.clone(), pol.floor_of(p).bp()))
@@ -1191,4 +1194,65 @@ fn the_big_red_switch_ends_a_running_drill() {
             .ended
             .is_some()
     );
+}
+
+/// A round over more cohorts than one chunk holds decides the same on one thread as on two or
+/// three: failover steps, floors fixed, RUM moves and moves the hourly cap holds, each journaled
+/// in cohort order whichever chunk made it.
+#[test]
+fn a_large_round_decides_the_same_on_any_number_of_threads() {
+    let n = 3 * CHUNK_MIN + 77;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let case = Case {
+        current: (0..n)
+            .map(|_| {
+                let raw: Vec<u32> = (0..3).map(|_| 1 + next(100) as u32).collect();
+                largest_remainder(&raw, TOTAL_BP)
+            })
+            .collect(),
+        scores: (0..n)
+            .map(|_| {
+                (0..3)
+                    .map(|_| (next(10) > 0).then(|| 20.0 + next(780) as f64))
+                    .collect()
+            })
+            .collect(),
+        shares: (0..n).map(|_| next(1000) as f64 / 1000.0).collect(),
+        // cloudflare down for 40 s: the first failover step.
+        down: vec![Some(40), None, None],
+        last_move_ago: (0..n).map(|_| (next(3) == 0).then(|| next(4000))).collect(),
+    };
+    let pol = three();
+    let (plan, inputs, health, mut state) = build(&case, &pol);
+    // Most of the hour's movement already spent: the cap binds.
+    state.recent.push_back((t(10_000 - 600), 2_900.0));
+    let round = |threads| {
+        decide_on(
+            t(10_000),
+            &Inputs {
+                policy: &pol,
+                current: &plan,
+                cohorts: &inputs,
+                health: &health,
+                data_as_of: Some(t(10_000)),
+                state: &state,
+            },
+            threads,
+        )
+    };
+    let one = round(1);
+    let count = |r: Rule| one.journal.iter().filter(|e| e.rule == r).count();
+    assert!(count(Rule::Failover) > 10_000, "failover steps");
+    assert!(count(Rule::Rum) > 100, "RUM moves");
+    assert!(count(Rule::Floor) > 100, "floors fixed");
+    assert!(one.held.len() > 1_000, "moves held by the cap");
+    for threads in [2, 3] {
+        assert!(round(threads) == one, "{threads} threads decide otherwise");
+    }
 }
