@@ -422,6 +422,20 @@ impl Load {
 fn main() {
     let addr = start_server();
     let mut load = Load::new(addr);
+    // `RECEIVER_PROFILE=n`: only `n` beacons closed-loop, for a profiler (callgrind counts
+    // the server thread's instructions per beacon whatever else the machine runs).
+    if let Some(n) = std::env::var("RECEIVER_PROFILE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let took = load.closed(n);
+        println!(
+            "profile: {} beacons in {took:?}, refused {}",
+            load.sent,
+            load.refused.load(Ordering::Relaxed)
+        );
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     let mut g = c.benchmark_group("receiver");
     g.throughput(Throughput::Elements(1));

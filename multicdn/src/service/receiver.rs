@@ -34,10 +34,12 @@ use std::num::NonZeroU32;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::body::{Body, HttpBody};
+use axum::extract::{ConnectInfo, State};
+use axum::http::Request;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http_body_util::BodyExt;
 use ipnet::IpNet;
@@ -508,7 +510,11 @@ fn content_type_ok(headers: &HeaderMap) -> bool {
     essence.eq_ignore_ascii_case("text/plain") || essence.eq_ignore_ascii_case("application/json")
 }
 
-async fn read_body(body: Body, cap: usize, limit: Duration) -> Result<bytes::Bytes, Reject> {
+async fn read_body<B>(body: B, cap: usize, limit: Duration) -> Result<Bytes, Reject>
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<axum::BoxError>,
+{
     let limited = http_body_util::Limited::new(body, cap);
     match tokio::time::timeout(limit, limited.collect()).await {
         Err(_) => Err(Reject::Timeout),
@@ -518,13 +524,17 @@ async fn read_body(body: Body, cap: usize, limit: Duration) -> Result<bytes::Byt
 }
 
 /// Takes one beacon: every check, then the scoreboard.
-pub(crate) async fn receive(
+pub(crate) async fn receive<B>(
     service: &Service,
     kind: Kind,
     peer: IpAddr,
     headers: &HeaderMap,
-    body: Body,
-) -> Result<(), Reject> {
+    body: B,
+) -> Result<(), Reject>
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<axum::BoxError>,
+{
     let cfg = &service.inner.config;
     if let Some(origin) = headers.get(header::ORIGIN)
         && !cfg.allows_origin(origin.as_bytes())
@@ -576,11 +586,55 @@ pub(crate) async fn receive(
     Ok(())
 }
 
-async fn handle(service: Service, kind: Kind, req: Request) -> Response {
-    // The request taken apart, not its headers copied (axum's HeaderMap extractor clones).
+/// The beacon route `path` names, if any (what the router matches: the path exactly).
+pub(crate) fn route_kind(path: &str) -> Option<Kind> {
+    match path {
+        "/rum/nav" => Some(Kind::Nav),
+        "/rum/cdn" => Some(Kind::Probe),
+        _ => None,
+    }
+}
+
+/// Answers one request to a beacon route: a beacon (`POST`), the CORS preflight (`OPTIONS`),
+/// or `405`. The router's handlers and [`super::serve`]'s direct path both come here.
+pub(crate) async fn route<B>(
+    service: Service,
+    kind: Kind,
+    peer: IpAddr,
+    req: Request<B>,
+) -> Response
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<axum::BoxError>,
+{
     let (parts, body) = req.into_parts();
-    let peer = parts
-        .extensions
+    let cors = &service.inner.cors;
+    let origin = parts.headers.get(header::ORIGIN);
+    let mut response = match parts.method {
+        Method::POST => match receive(&service, kind, peer, &parts.headers, body).await {
+            Ok(()) => {
+                service.inner.metrics.accepted(kind);
+                StatusCode::NO_CONTENT.into_response()
+            }
+            Err(reason) => {
+                service.inner.metrics.rejected(kind, reason);
+                reason.into_response()
+            }
+        },
+        Method::OPTIONS => return cors.preflight(origin),
+        _ => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, HeaderValue::from_static("POST"))],
+        )
+            .into_response(),
+    };
+    cors.apply(origin, response.headers_mut());
+    response
+}
+
+async fn handle(service: Service, kind: Kind, req: Request<Body>) -> Response {
+    let peer = req
+        .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
     let Some(peer) = peer else {
@@ -589,24 +643,82 @@ async fn handle(service: Service, kind: Kind, req: Request) -> Response {
         );
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    match receive(&service, kind, peer, &parts.headers, body).await {
-        Ok(()) => {
-            service.inner.metrics.accepted(kind);
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Err(reason) => {
-            service.inner.metrics.rejected(kind, reason);
-            reason.into_response()
-        }
-    }
+    route(service, kind, peer, req).await
 }
 
-pub(crate) async fn nav(State(service): State<Service>, req: Request) -> Response {
+pub(crate) async fn nav(State(service): State<Service>, req: Request<Body>) -> Response {
     handle(service, Kind::Nav, req).await
 }
 
-pub(crate) async fn cdn(State(service): State<Service>, req: Request) -> Response {
+pub(crate) async fn cdn(State(service): State<Service>, req: Request<Body>) -> Response {
     handle(service, Kind::Probe, req).await
+}
+
+/// The CORS answers of the beacon routes, as tower-http's `CorsLayer` gave them (allow
+/// `POST` with `Content-Type` from the site's origins, credentials unless any origin may
+/// send, a day's preflight cache), with every header value built once: the layer cloned
+/// itself and rebuilt its `Vary` value on every request.
+#[derive(Debug)]
+pub(crate) struct Cors {
+    /// `*`: any origin, without credentials.
+    any: bool,
+    origins: Vec<HeaderValue>,
+}
+
+impl Cors {
+    const VARY: HeaderValue = HeaderValue::from_static(
+        "origin, access-control-request-method, access-control-request-headers",
+    );
+
+    pub(crate) fn new(origins: &[String]) -> Cors {
+        Cors {
+            any: origins.iter().any(|o| o == "*"),
+            origins: origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok())
+                .collect(),
+        }
+    }
+
+    /// The headers every answer carries.
+    fn apply(&self, origin: Option<&HeaderValue>, headers: &mut HeaderMap) {
+        headers.append(header::VARY, Cors::VARY);
+        if self.any {
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                HeaderValue::from_static("*"),
+            );
+            return;
+        }
+        // sendBeacon sends cookies (credentials mode "include"): a preflighted JSON send
+        // needs Allow-Credentials with the exact origin.
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        if let Some(o) = origin.filter(|o| self.origins.contains(o)) {
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o.clone());
+        }
+    }
+
+    fn preflight(&self, origin: Option<&HeaderValue>) -> Response {
+        let mut response = Response::new(Body::empty());
+        let headers = response.headers_mut();
+        self.apply(origin, headers);
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("POST"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("content-type"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("86400"),
+        );
+        response
+    }
 }
 
 #[cfg(test)]
@@ -656,6 +768,84 @@ mod tests {
             client_address("10.0.0.5".parse().unwrap(), &h, &trusted).0,
             "10.0.0.5".parse::<IpAddr>().unwrap()
         );
+    }
+
+    #[test]
+    fn the_hand_rolled_cors_answers_as_tower_http_did() {
+        use tower::{Layer, ServiceExt};
+        use tower_http::cors::{AllowOrigin, CorsLayer};
+
+        // The layer the beacon routes had before their CORS was hand-rolled.
+        let layer = |origins: &[String]| {
+            let layer = CorsLayer::new()
+                .allow_methods([Method::POST])
+                .allow_headers([header::CONTENT_TYPE])
+                .max_age(Duration::from_secs(86_400));
+            if origins.iter().any(|o| o == "*") {
+                layer.allow_origin(AllowOrigin::any())
+            } else {
+                let list: Vec<HeaderValue> = origins
+                    .iter()
+                    .filter_map(|o| HeaderValue::from_str(o).ok())
+                    .collect();
+                layer
+                    .allow_origin(AllowOrigin::list(list))
+                    .allow_credentials(true)
+            }
+        };
+        let sorted = |h: &HeaderMap| {
+            let mut v: Vec<(String, Vec<u8>)> = h
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect();
+            v.sort();
+            v
+        };
+        for origins in [
+            vec!["https://www.example.com".to_owned()],
+            vec![
+                "https://a.example".to_owned(),
+                "https://b.example".to_owned(),
+            ],
+            vec!["*".to_owned()],
+        ] {
+            let cors = Cors::new(&origins);
+            for method in [Method::OPTIONS, Method::POST] {
+                for origin in [
+                    None,
+                    Some("https://www.example.com"),
+                    Some("https://b.example"),
+                    Some("https://evil.example"),
+                ] {
+                    let mut req = axum::http::Request::builder()
+                        .method(method.clone())
+                        .uri("/rum/nav")
+                        .header(header::ACCESS_CONTROL_REQUEST_METHOD, "POST")
+                        .header(header::ACCESS_CONTROL_REQUEST_HEADERS, "content-type");
+                    if let Some(o) = origin {
+                        req = req.header(header::ORIGIN, o);
+                    }
+                    let req = req.body(Body::empty()).unwrap();
+                    let inner = tower::service_fn(|_req: axum::http::Request<Body>| async {
+                        Ok::<_, std::convert::Infallible>(StatusCode::NO_CONTENT.into_response())
+                    });
+                    let theirs =
+                        futures::executor::block_on(layer(&origins).layer(inner).oneshot(req))
+                            .unwrap();
+                    let origin = origin.map(HeaderValue::from_static);
+                    let ours = if method == Method::OPTIONS {
+                        cors.preflight(origin.as_ref())
+                    } else {
+                        let mut r = StatusCode::NO_CONTENT.into_response();
+                        cors.apply(origin.as_ref(), r.headers_mut());
+                        r
+                    };
+                    let case = format!("{origins:?} {method} {origin:?}");
+                    assert_eq!(ours.status(), theirs.status(), "{case}");
+                    assert_eq!(sorted(ours.headers()), sorted(theirs.headers()), "{case}");
+                }
+            }
+        }
     }
 
     #[test]
