@@ -29,9 +29,12 @@ use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault};
+use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
+use std::pin::pin;
 use std::sync::{Mutex, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::{Body, HttpBody};
@@ -41,14 +44,12 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use http_body_util::BodyExt;
 use ipnet::IpNet;
 use multicdn_core::Timestamp;
-use multicdn_steering::beacon::{
-    Beacon, ClientNetwork, NavigationBeacon, ProbeBeacon, ProbeTimes, Received,
-};
+use multicdn_steering::beacon::{Beacon, ClientNetwork, NavigationBeacon, ProbeBeacon, Received};
 use multicdn_steering::engine::state::IdHasher;
 use multicdn_steering::scoreboard::Recorded;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::Service;
@@ -296,14 +297,44 @@ impl Receiver {
 
 /// The client's address: the socket's, or the forwarded client's through trusted proxies.
 /// The flag says a forwarding header came from an untrusted peer (and was not believed).
+///
+/// The hops are those of `Forwarded` (RFC 7239) when present, else of `X-Forwarded-For`,
+/// read from the right (the nearest proxy) without collecting them; `None` for a hop that
+/// does not parse.
 pub(crate) fn client_address(
     peer: IpAddr,
     headers: &HeaderMap,
     trusted: &[IpNet],
 ) -> (IpAddr, bool) {
     let peer = canonical(peer);
-    let chain = forwarded_chain(headers);
-    if chain.is_empty() {
+    let mut forwarded = headers
+        .get_all(header::FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .peekable();
+    if forwarded.peek().is_some() {
+        let hops = forwarded
+            .flat_map(|v| v.split(','))
+            .filter_map(forwarded_for);
+        return walk_back(peer, hops.rev(), trusted);
+    }
+    let hops = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(node_address);
+    walk_back(peer, hops.rev(), trusted)
+}
+
+/// From the peer back along `hops` (nearest first) past trusted proxies.
+fn walk_back(
+    peer: IpAddr,
+    hops: impl Iterator<Item = Option<IpAddr>>,
+    trusted: &[IpNet],
+) -> (IpAddr, bool) {
+    let mut hops = hops.peekable();
+    if hops.peek().is_none() {
         return (peer, false);
     }
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
@@ -311,10 +342,10 @@ pub(crate) fn client_address(
         return (peer, true);
     }
     let mut client = peer;
-    for hop in chain.iter().rev() {
+    for hop in hops {
         match hop {
             Some(ip) => {
-                client = canonical(*ip);
+                client = canonical(ip);
                 if !is_trusted(&client) {
                     break;
                 }
@@ -334,35 +365,15 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The addresses of `Forwarded` (RFC 7239) when present, else of `X-Forwarded-For`, left
-/// (client) to right (nearest proxy); `None` for a hop that does not parse.
-fn forwarded_chain(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
-    let forwarded: Vec<&str> = headers
-        .get_all(header::FORWARDED)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    if !forwarded.is_empty() {
-        return forwarded
-            .iter()
-            .flat_map(|v| v.split(','))
-            .filter_map(|element| {
-                element.split(';').find_map(|pair| {
-                    let (k, v) = pair.trim().split_once('=')?;
-                    k.trim()
-                        .eq_ignore_ascii_case("for")
-                        .then(|| node_address(v))
-                })
-            })
-            .collect();
-    }
-    headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(node_address)
-        .collect()
+/// One element of `Forwarded`: the address of its `for=` (`None` inside when it does not
+/// parse); `None` when it has no `for=`.
+fn forwarded_for(element: &str) -> Option<Option<IpAddr>> {
+    element.split(';').find_map(|pair| {
+        let (k, v) = pair.trim().split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("for")
+            .then(|| node_address(v))
+    })
 }
 
 /// `192.0.2.1`, `192.0.2.1:80`, `"[2001:db8::1]:4711"`, `2001:db8::1`.
@@ -380,9 +391,9 @@ fn node_address(raw: &str) -> Option<IpAddr> {
 #[derive(Deserialize)]
 struct NavWire<'a> {
     #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<Text<'a>>,
     #[serde(default)]
-    at: Option<serde_json::Value>,
+    at: Option<ClientTime>,
     #[serde(default, borrow)]
     path: Cow<'a, str>,
     ttfb: f64,
@@ -397,12 +408,103 @@ struct NavWire<'a> {
 #[derive(Deserialize)]
 struct ProbeWire<'a> {
     #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<Text<'a>>,
     #[serde(default)]
-    at: Option<serde_json::Value>,
-    times: ProbeTimes,
-    #[serde(default)]
-    best: String,
+    at: Option<ClientTime>,
+    #[serde(borrow)]
+    times: Times<'a>,
+    #[serde(default, borrow)]
+    best: Text<'a>,
+}
+
+/// A string borrowed from the body unless it has escapes (serde borrows a bare `Cow<str>`
+/// field, but not one inside an `Option` or a map key).
+#[derive(Default, Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// The probe's times as sent: by provider (`{"fastly": 120.5, "cloudflare": null}`, the last
+/// of a repeated name counting, as in a map) or in the configured order (`[120.5, null]`).
+/// Read in one pass: serde's untagged `ProbeTimes` buffers the value to try each form.
+enum Times<'a> {
+    ByProvider(Vec<(Cow<'a, str>, Option<f64>)>),
+    InOrder(Vec<Option<f64>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Times<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<Times<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Times<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("times by provider or in order")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Times<'a>, A::Error> {
+                let mut times: Vec<(Cow<'a, str>, Option<f64>)> = Vec::new();
+                while let Some((Text(p), t)) = map.next_entry::<Text<'a>, Option<f64>>()? {
+                    match times.iter_mut().find(|(q, _)| *q == p) {
+                        Some(slot) => slot.1 = t,
+                        None => times.push((p, t)),
+                    }
+                }
+                Ok(Times::ByProvider(times))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Times<'a>, A::Error> {
+                let mut times = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(16));
+                while let Some(t) = seq.next_element::<Option<f64>>()? {
+                    times.push(t);
+                }
+                Ok(Times::InOrder(times))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// The client's own time, when it sent one it can be read from: milliseconds since the
+/// epoch or RFC 3339 (anything else is ignored).
+struct ClientTime(Option<Timestamp>);
+
+impl<'de> Deserialize<'de> for ClientTime {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ClientTime;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a time")
+            }
+            fn visit_f64<E: de::Error>(self, ms: f64) -> Result<ClientTime, E> {
+                Ok(ClientTime(
+                    (0.0..1e15)
+                        .contains(&ms)
+                        .then(|| Timestamp::from_millis(ms as u64)),
+                ))
+            }
+            fn visit_u64<E: de::Error>(self, ms: u64) -> Result<ClientTime, E> {
+                self.visit_f64(ms as f64)
+            }
+            fn visit_i64<E: de::Error>(self, ms: i64) -> Result<ClientTime, E> {
+                self.visit_f64(ms as f64)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ClientTime, E> {
+                Ok(ClientTime(Timestamp::parse_rfc3339(s).ok()))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<ClientTime, E> {
+                Ok(ClientTime(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<ClientTime, E> {
+                Ok(ClientTime(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ClientTime, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ClientTime(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ClientTime, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(ClientTime(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Reject> {
@@ -412,28 +514,15 @@ fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Reject> {
     })
 }
 
-/// The client's own time, when it sent one: milliseconds since the epoch or RFC 3339.
-fn client_time(at: Option<&serde_json::Value>) -> Option<Timestamp> {
-    match at? {
-        serde_json::Value::Number(n) => {
-            let ms = n.as_f64()?;
-            (0.0..1e15)
-                .contains(&ms)
-                .then(|| Timestamp::from_millis(ms as u64))
-        }
-        serde_json::Value::String(s) => Timestamp::parse_rfc3339(s).ok(),
-        _ => None,
-    }
-}
-
-/// Reads one beacon body and builds what the scoreboard records.
-pub(crate) fn read_beacon(
+/// Reads one beacon body and builds what the scoreboard records, with the beacon's id (its
+/// first 64 characters) when it has one.
+pub(crate) fn read_beacon<'a>(
     service: &Service,
     kind: Kind,
-    body: &[u8],
+    body: &'a [u8],
     now: Timestamp,
     network: ClientNetwork,
-) -> Result<(Received, Option<String>), Reject> {
+) -> Result<(Received, Option<Cow<'a, str>>), Reject> {
     let known = service.providers();
     let (beacon, id, at) = match kind {
         Kind::Nav => {
@@ -449,15 +538,15 @@ pub(crate) fn read_beacon(
         }
         Kind::Probe => {
             let w: ProbeWire<'_> = parse(body)?;
-            let times: Vec<(String, Option<f64>)> = match w.times {
-                ProbeTimes::ByProvider(map) => map.into_iter().collect(),
-                ProbeTimes::InOrder(list) => {
+            let times = match w.times {
+                Times::ByProvider(times) => times,
+                Times::InOrder(list) => {
                     if list.len() != known.len() {
                         return Err(Reject::NotABeacon);
                     }
                     known
                         .iter()
-                        .map(|p| p.as_str().to_owned())
+                        .map(|p| Cow::Borrowed(p.as_str()))
                         .zip(list)
                         .collect()
                 }
@@ -477,18 +566,28 @@ pub(crate) fn read_beacon(
             {
                 return Err(Reject::Implausible);
             }
-            let probe = ProbeBeacon::new(times, &w.best);
+            let times = times.into_iter().map(|(p, t)| (p.into_owned(), t));
+            let probe = ProbeBeacon::new(times, &w.best.0);
             (Beacon::Probe(probe), w.id, w.at)
         }
     };
-    if let Some(client) = client_time(at.as_ref())
+    if let Some(ClientTime(Some(client))) = at
         && client.since(now) > service.inner.config.skew
     {
         return Err(Reject::ClockSkew);
     }
-    let id = id
-        .filter(|id| !id.is_empty())
-        .map(|id| id.chars().take(64).collect());
+    let id = id.map(|Text(id)| id).filter(|id| !id.is_empty()).map(|id| {
+        match id.char_indices().nth(64) {
+            Some((end, _)) => match id {
+                Cow::Borrowed(id) => Cow::Borrowed(&id[..end]),
+                Cow::Owned(mut id) => {
+                    id.truncate(end);
+                    Cow::Owned(id)
+                }
+            },
+            None => id,
+        }
+    });
     Ok((
         Received {
             at: now,
@@ -510,17 +609,50 @@ fn content_type_ok(headers: &HeaderMap) -> bool {
     essence.eq_ignore_ascii_case("text/plain") || essence.eq_ignore_ascii_case("application/json")
 }
 
+/// Reads the body up to `cap` bytes within `limit` of its first wait. A body already in hand
+/// (a beacon sent in one packet) arms no timer and is not copied.
 async fn read_body<B>(body: B, cap: usize, limit: Duration) -> Result<Bytes, Reject>
 where
     B: HttpBody<Data = Bytes>,
-    B::Error: Into<axum::BoxError>,
 {
-    let limited = http_body_util::Limited::new(body, cap);
-    match tokio::time::timeout(limit, limited.collect()).await {
-        Err(_) => Err(Reject::Timeout),
-        Ok(Err(_)) => Err(Reject::TooLarge),
-        Ok(Ok(c)) => Ok(c.to_bytes()),
+    let mut body = pin!(body);
+    let mut timer = pin!(None::<tokio::time::Sleep>);
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<u8> = Vec::new();
+    let mut len = 0;
+    loop {
+        let frame = std::future::poll_fn(|cx| match body.as_mut().poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(Ok(frame)),
+            Poll::Pending => {
+                if timer.is_none() {
+                    timer.set(Some(tokio::time::sleep(limit)));
+                }
+                match timer.as_mut().as_pin_mut().map(|t| t.poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(Err(Reject::Timeout)),
+                    _ => Poll::Pending,
+                }
+            }
+        })
+        .await?;
+        let Some(frame) = frame else { break };
+        // A body that fails to arrive whole counts as one over the cap, as before.
+        let Ok(data) = frame.map_err(|_| Reject::TooLarge)?.into_data() else {
+            continue;
+        };
+        len += data.len();
+        if len > cap {
+            return Err(Reject::TooLarge);
+        }
+        if first.is_none() && more.is_empty() {
+            first = Some(data);
+        } else {
+            if let Some(head) = first.take() {
+                more.extend_from_slice(&head);
+            }
+            more.extend_from_slice(&data);
+        }
     }
+    Ok(first.unwrap_or_else(|| Bytes::from(more)))
 }
 
 /// Takes one beacon: every check, then the scoreboard.
@@ -544,11 +676,8 @@ where
     if !content_type_ok(headers) {
         return Err(Reject::ContentType);
     }
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > cfg.body_limit as u64) {
+    // A body known to be over the cap (its `Content-Length`) is refused unread.
+    if body.size_hint().lower() > cfg.body_limit as u64 {
         return Err(Reject::TooLarge);
     }
     let (client, forged) = client_address(peer, headers, &cfg.trusted_proxies);
@@ -846,6 +975,64 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_wire_forms_read_as_serde_json_values_read_them() {
+        let w: ProbeWire<'_> = parse(
+            br#"{"id":"a\u0062c","at":"2026-01-01T00:00:00Z","times":{"f\u0061stly":1,"b":null,"fastly":2.5},"best":"b"}"#,
+        )
+        .unwrap();
+        assert_eq!(w.id.unwrap().0, "abc");
+        assert_eq!(
+            w.at.unwrap().0,
+            Some(Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap())
+        );
+        // A repeated provider: the last time counts, as in a map.
+        let Times::ByProvider(t) = w.times else {
+            panic!("by provider")
+        };
+        assert_eq!(
+            t,
+            vec![
+                (Cow::Borrowed("fastly"), Some(2.5)),
+                (Cow::Borrowed("b"), None)
+            ]
+        );
+        let w: ProbeWire<'_> = parse(br#"{"times":[1,null,3.5],"at":1700000000000}"#).unwrap();
+        assert!(matches!(w.times, Times::InOrder(ref t) if t == &[Some(1.0), None, Some(3.5)]));
+        assert_eq!(
+            w.at.unwrap().0,
+            Some(Timestamp::from_millis(1_700_000_000_000))
+        );
+        // Times that cannot be read are ignored, whatever their JSON type.
+        for at in [
+            "-5",
+            "1e16",
+            "true",
+            "[1,{}]",
+            "{\"a\":[1]}",
+            "\"yesterday\"",
+        ] {
+            let body = format!(r#"{{"at":{at},"ttfb":5,"provider":"p"}}"#);
+            let w: NavWire<'_> = parse(body.as_bytes()).unwrap();
+            assert!(w.at.unwrap().0.is_none(), "{at}");
+        }
+        let w: NavWire<'_> = parse(br#"{"id":"x","at":null,"ttfb":5,"provider":"p"}"#).unwrap();
+        assert!(w.at.is_none());
+        assert!(matches!(w.id.unwrap().0, Cow::Borrowed("x")), "not copied");
+        assert_eq!(
+            parse::<ProbeWire<'_>>(br#"{"times":"fast"}"#).err(),
+            Some(Reject::NotABeacon)
+        );
+        assert_eq!(
+            parse::<ProbeWire<'_>>(br#"{"times":{"a":"x"}}"#).err(),
+            Some(Reject::NotABeacon)
+        );
+        assert_eq!(
+            parse::<ProbeWire<'_>>(br#"{"times":{"a":1}"#).err(),
+            Some(Reject::Malformed)
+        );
     }
 
     #[test]
