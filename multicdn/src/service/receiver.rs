@@ -40,7 +40,7 @@ use std::time::Duration;
 use axum::body::{Body, HttpBody};
 use axum::extract::{ConnectInfo, State};
 use axum::http::Request;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -295,6 +295,9 @@ impl Receiver {
     }
 }
 
+/// Named once (a name given as a string is parsed on every lookup).
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 /// The client's address: the socket's, or the forwarded client's through trusted proxies.
 /// The flag says a forwarding header came from an untrusted peer (and was not believed).
 ///
@@ -319,7 +322,7 @@ pub(crate) fn client_address(
         return walk_back(peer, hops.rev(), trusted);
     }
     let hops = headers
-        .get_all("x-forwarded-for")
+        .get_all(X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
@@ -507,8 +510,12 @@ impl<'de> Deserialize<'de> for ClientTime {
     }
 }
 
+/// The body as JSON: not UTF-8 or not JSON is `Malformed`, JSON of the wrong shape
+/// `NotABeacon`. The UTF-8 is checked once for the whole body (serde_json checks each string
+/// of a byte slice again).
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Reject> {
-    serde_json::from_slice(body).map_err(|e| match e.classify() {
+    let body = std::str::from_utf8(body).map_err(|_| Reject::Malformed)?;
+    serde_json::from_str(body).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => Reject::NotABeacon,
         _ => Reject::Malformed,
     })
@@ -605,7 +612,11 @@ fn content_type_ok(headers: &HeaderMap) -> bool {
     let Ok(v) = v.to_str() else {
         return false;
     };
-    let essence = v.split(';').next().unwrap_or("").trim();
+    let essence = v
+        .bytes()
+        .position(|b| b == b';')
+        .map_or(v, |end| &v[..end])
+        .trim();
     essence.eq_ignore_ascii_case("text/plain") || essence.eq_ignore_ascii_case("application/json")
 }
 
