@@ -676,7 +676,6 @@ pub(crate) async fn receive<B>(
 ) -> Result<(), Reject>
 where
     B: HttpBody<Data = Bytes>,
-    B::Error: Into<axum::BoxError>,
 {
     let cfg = &service.inner.config;
     if let Some(origin) = headers.get(header::ORIGIN)
@@ -745,7 +744,6 @@ pub(crate) async fn route<B>(
 ) -> Response
 where
     B: HttpBody<Data = Bytes>,
-    B::Error: Into<axum::BoxError>,
 {
     let (parts, body) = req.into_parts();
     let cors = &service.inner.cors;
