@@ -131,7 +131,7 @@ fn server_cpu() -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
-fn start_server() -> SocketAddr {
+fn start_server() -> (SocketAddr, Service) {
     let policy = Policy::from_yaml(POLICY, "policy.yaml").unwrap();
     let controller = Controller::builder(policy.clone())
         .resolver(prefixes())
@@ -151,6 +151,7 @@ fn start_server() -> SocketAddr {
             buckets: 1 << 17,
         });
     let service = Service::new(controller, config);
+    let observed = service.clone();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
@@ -175,7 +176,22 @@ fn start_server() -> SocketAddr {
                 .unwrap();
         });
     });
-    addr
+    (addr, observed)
+}
+
+/// The controller rounds run so far on the server thread and the time they took (a round
+/// holds the thread, and the scoreboard, while it reads the board).
+fn rounds(service: &Service) -> (u64, f64) {
+    let text = service.metrics_text();
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        value("multicdn_round_duration_seconds_count") as u64,
+        value("multicdn_round_duration_seconds_sum"),
+    )
 }
 
 /// Builds one request: a navigation beacon (60%) or a probe beacon, from client `client`.
@@ -420,8 +436,22 @@ impl Load {
 }
 
 fn main() {
-    let addr = start_server();
+    let (addr, service) = start_server();
     let mut load = Load::new(addr);
+    // `RECEIVER_PROFILE=n`: only `n` beacons closed-loop, for a profiler (callgrind counts
+    // the server thread's instructions per beacon whatever else the machine runs).
+    if let Some(n) = std::env::var("RECEIVER_PROFILE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let took = load.closed(n);
+        println!(
+            "profile: {} beacons in {took:?}, refused {}",
+            load.sent,
+            load.refused.load(Ordering::Relaxed)
+        );
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     let mut g = c.benchmark_group("receiver");
     g.throughput(Throughput::Elements(1));
@@ -460,5 +490,9 @@ fn main() {
             report(lat.iter().map(|l| l.1).collect()),
         );
     }
+    let (n, secs) = rounds(&service);
+    println!(
+        "controller rounds on the server thread (every 30 s, ROUND_S): {n}, {secs:.2} s in all"
+    );
     c.final_summary();
 }

@@ -51,12 +51,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::{HeaderValue, Method, header};
-use axum::routing::{get, post};
+use axum::routing::{any, get};
 use ipnet::IpNet;
 use multicdn_core::secret::Secret;
 use multicdn_core::{Policy, ProviderId, Timestamp};
-use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::controller::{Controller, RoundReport};
 
@@ -65,7 +63,7 @@ pub use server::{ServeLimits, serve};
 
 use history::History;
 use metrics::Metrics;
-use receiver::{Kind, Receiver};
+use receiver::{Cors, Kind, Receiver};
 
 /// What the service needs beyond the policy.
 #[derive(Clone)]
@@ -190,6 +188,7 @@ struct Inner {
     config: ServiceConfig,
     metrics: Metrics,
     receiver: Receiver,
+    cors: Cors,
     history: Mutex<History>,
     providers: Vec<ProviderId>,
 }
@@ -210,6 +209,7 @@ impl Service {
         Service {
             inner: Arc::new(Inner {
                 receiver: Receiver::new(config.client_limit, config.remembered_ids),
+                cors: Cors::new(&config.origins),
                 history: Mutex::new(History::new(config.history)),
                 metrics: Metrics::new(),
                 providers,
@@ -324,13 +324,10 @@ impl Service {
     /// Serve it with [`serve`] or with `axum::serve(..).into_make_service_with_connect_info::<SocketAddr>()`
     /// (the receiver needs the peer address).
     pub fn router(&self) -> Router {
-        let cors = self.cors();
-        let beacons = Router::new()
-            .route("/rum/nav", post(receiver::nav))
-            .route("/rum/cdn", post(receiver::cdn))
-            .layer(cors);
+        // The beacon routes answer their own CORS preflight (OPTIONS) and any other method.
         Router::new()
-            .merge(beacons)
+            .route("/rum/nav", any(receiver::nav))
+            .route("/rum/cdn", any(receiver::cdn))
             .route("/rum/rum.js", get(assets::script))
             .route("/dashboard", get(assets::dashboard_redirect))
             .route("/dashboard/", get(assets::dashboard_html))
@@ -370,12 +367,17 @@ impl Service {
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
         let s = self.clone();
+        let refused: Arc<dyn Fn() + Send + Sync> =
+            Arc::new(move || s.inner.metrics.connection_refused());
         server::serve_counted(
             listener,
             self.router().merge(extra),
             limits,
             shutdown,
-            Some(Arc::new(move || s.inner.metrics.connection_refused())),
+            server::Hooks {
+                refused: Some(refused),
+                beacons: Some(self.clone()),
+            },
         )
         .await
     }
@@ -383,26 +385,5 @@ impl Service {
     /// The admin router: the operator's switches, each behind the bearer token.
     pub fn admin_router(&self) -> Router {
         admin::router(self.clone())
-    }
-
-    fn cors(&self) -> CorsLayer {
-        let origins = &self.inner.config.origins;
-        let layer = CorsLayer::new()
-            .allow_methods([Method::POST])
-            .allow_headers([header::CONTENT_TYPE])
-            .max_age(Duration::from_secs(86_400));
-        if origins.iter().any(|o| o == "*") {
-            layer.allow_origin(AllowOrigin::any())
-        } else {
-            let list: Vec<HeaderValue> = origins
-                .iter()
-                .filter_map(|o| HeaderValue::from_str(o).ok())
-                .collect();
-            // sendBeacon sends cookies (credentials mode "include"): a preflighted JSON send
-            // needs Allow-Credentials with the exact origin.
-            layer
-                .allow_origin(AllowOrigin::list(list))
-                .allow_credentials(true)
-        }
     }
 }

@@ -29,24 +29,27 @@ use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::collections::{HashSet, VecDeque};
 use std::hash::{BuildHasher, BuildHasherDefault};
+use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
+use std::pin::pin;
 use std::sync::{Mutex, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::body::{Body, HttpBody};
+use axum::extract::{ConnectInfo, State};
+use axum::http::Request;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use http_body_util::BodyExt;
 use ipnet::IpNet;
 use multicdn_core::Timestamp;
-use multicdn_steering::beacon::{
-    Beacon, ClientNetwork, NavigationBeacon, ProbeBeacon, ProbeTimes, Received,
-};
+use multicdn_steering::beacon::{Beacon, ClientNetwork, NavigationBeacon, ProbeBeacon, Received};
 use multicdn_steering::engine::state::IdHasher;
 use multicdn_steering::scoreboard::Recorded;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::Service;
@@ -292,16 +295,49 @@ impl Receiver {
     }
 }
 
+/// Named once (a name given as a string is parsed on every lookup).
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 /// The client's address: the socket's, or the forwarded client's through trusted proxies.
 /// The flag says a forwarding header came from an untrusted peer (and was not believed).
+///
+/// The hops are those of `Forwarded` (RFC 7239) when present, else of `X-Forwarded-For`,
+/// read from the right (the nearest proxy) without collecting them; `None` for a hop that
+/// does not parse.
 pub(crate) fn client_address(
     peer: IpAddr,
     headers: &HeaderMap,
     trusted: &[IpNet],
 ) -> (IpAddr, bool) {
     let peer = canonical(peer);
-    let chain = forwarded_chain(headers);
-    if chain.is_empty() {
+    let mut forwarded = headers
+        .get_all(header::FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .peekable();
+    if forwarded.peek().is_some() {
+        let hops = forwarded
+            .flat_map(|v| v.split(','))
+            .filter_map(forwarded_for);
+        return walk_back(peer, hops.rev(), trusted);
+    }
+    let hops = headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(node_address);
+    walk_back(peer, hops.rev(), trusted)
+}
+
+/// From the peer back along `hops` (nearest first) past trusted proxies.
+fn walk_back(
+    peer: IpAddr,
+    hops: impl Iterator<Item = Option<IpAddr>>,
+    trusted: &[IpNet],
+) -> (IpAddr, bool) {
+    let mut hops = hops.peekable();
+    if hops.peek().is_none() {
         return (peer, false);
     }
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
@@ -309,10 +345,10 @@ pub(crate) fn client_address(
         return (peer, true);
     }
     let mut client = peer;
-    for hop in chain.iter().rev() {
+    for hop in hops {
         match hop {
             Some(ip) => {
-                client = canonical(*ip);
+                client = canonical(ip);
                 if !is_trusted(&client) {
                     break;
                 }
@@ -332,35 +368,15 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The addresses of `Forwarded` (RFC 7239) when present, else of `X-Forwarded-For`, left
-/// (client) to right (nearest proxy); `None` for a hop that does not parse.
-fn forwarded_chain(headers: &HeaderMap) -> Vec<Option<IpAddr>> {
-    let forwarded: Vec<&str> = headers
-        .get_all(header::FORWARDED)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    if !forwarded.is_empty() {
-        return forwarded
-            .iter()
-            .flat_map(|v| v.split(','))
-            .filter_map(|element| {
-                element.split(';').find_map(|pair| {
-                    let (k, v) = pair.trim().split_once('=')?;
-                    k.trim()
-                        .eq_ignore_ascii_case("for")
-                        .then(|| node_address(v))
-                })
-            })
-            .collect();
-    }
-    headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(node_address)
-        .collect()
+/// One element of `Forwarded`: the address of its `for=` (`None` inside when it does not
+/// parse); `None` when it has no `for=`.
+fn forwarded_for(element: &str) -> Option<Option<IpAddr>> {
+    element.split(';').find_map(|pair| {
+        let (k, v) = pair.trim().split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case("for")
+            .then(|| node_address(v))
+    })
 }
 
 /// `192.0.2.1`, `192.0.2.1:80`, `"[2001:db8::1]:4711"`, `2001:db8::1`.
@@ -378,9 +394,9 @@ fn node_address(raw: &str) -> Option<IpAddr> {
 #[derive(Deserialize)]
 struct NavWire<'a> {
     #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<Text<'a>>,
     #[serde(default)]
-    at: Option<serde_json::Value>,
+    at: Option<ClientTime>,
     #[serde(default, borrow)]
     path: Cow<'a, str>,
     ttfb: f64,
@@ -395,43 +411,125 @@ struct NavWire<'a> {
 #[derive(Deserialize)]
 struct ProbeWire<'a> {
     #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    id: Option<Text<'a>>,
     #[serde(default)]
-    at: Option<serde_json::Value>,
-    times: ProbeTimes,
-    #[serde(default)]
-    best: String,
+    at: Option<ClientTime>,
+    #[serde(borrow)]
+    times: Times<'a>,
+    #[serde(default, borrow)]
+    best: Text<'a>,
 }
 
+/// A string borrowed from the body unless it has escapes (serde borrows a bare `Cow<str>`
+/// field, but not one inside an `Option` or a map key).
+#[derive(Default, Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// The probe's times as sent: by provider (`{"fastly": 120.5, "cloudflare": null}`, the last
+/// of a repeated name counting, as in a map) or in the configured order (`[120.5, null]`).
+/// Read in one pass: serde's untagged `ProbeTimes` buffers the value to try each form.
+enum Times<'a> {
+    ByProvider(Vec<(Cow<'a, str>, Option<f64>)>),
+    InOrder(Vec<Option<f64>>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Times<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<Times<'a>>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Times<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("times by provider or in order")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Times<'a>, A::Error> {
+                let mut times: Vec<(Cow<'a, str>, Option<f64>)> = Vec::new();
+                while let Some((Text(p), t)) = map.next_entry::<Text<'a>, Option<f64>>()? {
+                    match times.iter_mut().find(|(q, _)| *q == p) {
+                        Some(slot) => slot.1 = t,
+                        None => times.push((p, t)),
+                    }
+                }
+                Ok(Times::ByProvider(times))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Times<'a>, A::Error> {
+                let mut times = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(16));
+                while let Some(t) = seq.next_element::<Option<f64>>()? {
+                    times.push(t);
+                }
+                Ok(Times::InOrder(times))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// The client's own time, when it sent one it can be read from: milliseconds since the
+/// epoch or RFC 3339 (anything else is ignored).
+struct ClientTime(Option<Timestamp>);
+
+impl<'de> Deserialize<'de> for ClientTime {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ClientTime;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a time")
+            }
+            fn visit_f64<E: de::Error>(self, ms: f64) -> Result<ClientTime, E> {
+                Ok(ClientTime(
+                    (0.0..1e15)
+                        .contains(&ms)
+                        .then(|| Timestamp::from_millis(ms as u64)),
+                ))
+            }
+            fn visit_u64<E: de::Error>(self, ms: u64) -> Result<ClientTime, E> {
+                self.visit_f64(ms as f64)
+            }
+            fn visit_i64<E: de::Error>(self, ms: i64) -> Result<ClientTime, E> {
+                self.visit_f64(ms as f64)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ClientTime, E> {
+                Ok(ClientTime(Timestamp::parse_rfc3339(s).ok()))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<ClientTime, E> {
+                Ok(ClientTime(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<ClientTime, E> {
+                Ok(ClientTime(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ClientTime, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(ClientTime(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ClientTime, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(ClientTime(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The body as JSON: not UTF-8 or not JSON is `Malformed`, JSON of the wrong shape
+/// `NotABeacon`. The UTF-8 is checked once for the whole body (serde_json checks each string
+/// of a byte slice again).
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Reject> {
-    serde_json::from_slice(body).map_err(|e| match e.classify() {
+    let body = std::str::from_utf8(body).map_err(|_| Reject::Malformed)?;
+    serde_json::from_str(body).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => Reject::NotABeacon,
         _ => Reject::Malformed,
     })
 }
 
-/// The client's own time, when it sent one: milliseconds since the epoch or RFC 3339.
-fn client_time(at: Option<&serde_json::Value>) -> Option<Timestamp> {
-    match at? {
-        serde_json::Value::Number(n) => {
-            let ms = n.as_f64()?;
-            (0.0..1e15)
-                .contains(&ms)
-                .then(|| Timestamp::from_millis(ms as u64))
-        }
-        serde_json::Value::String(s) => Timestamp::parse_rfc3339(s).ok(),
-        _ => None,
-    }
-}
-
-/// Reads one beacon body and builds what the scoreboard records.
-pub(crate) fn read_beacon(
+/// Reads one beacon body and builds what the scoreboard records, with the beacon's id (its
+/// first 64 characters) when it has one.
+pub(crate) fn read_beacon<'a>(
     service: &Service,
     kind: Kind,
-    body: &[u8],
+    body: &'a [u8],
     now: Timestamp,
     network: ClientNetwork,
-) -> Result<(Received, Option<String>), Reject> {
+) -> Result<(Received, Option<Cow<'a, str>>), Reject> {
     let known = service.providers();
     let (beacon, id, at) = match kind {
         Kind::Nav => {
@@ -447,15 +545,15 @@ pub(crate) fn read_beacon(
         }
         Kind::Probe => {
             let w: ProbeWire<'_> = parse(body)?;
-            let times: Vec<(String, Option<f64>)> = match w.times {
-                ProbeTimes::ByProvider(map) => map.into_iter().collect(),
-                ProbeTimes::InOrder(list) => {
+            let times = match w.times {
+                Times::ByProvider(times) => times,
+                Times::InOrder(list) => {
                     if list.len() != known.len() {
                         return Err(Reject::NotABeacon);
                     }
                     known
                         .iter()
-                        .map(|p| p.as_str().to_owned())
+                        .map(|p| Cow::Borrowed(p.as_str()))
                         .zip(list)
                         .collect()
                 }
@@ -475,18 +573,28 @@ pub(crate) fn read_beacon(
             {
                 return Err(Reject::Implausible);
             }
-            let probe = ProbeBeacon::new(times, &w.best);
+            let times = times.into_iter().map(|(p, t)| (p.into_owned(), t));
+            let probe = ProbeBeacon::new(times, &w.best.0);
             (Beacon::Probe(probe), w.id, w.at)
         }
     };
-    if let Some(client) = client_time(at.as_ref())
+    if let Some(ClientTime(Some(client))) = at
         && client.since(now) > service.inner.config.skew
     {
         return Err(Reject::ClockSkew);
     }
-    let id = id
-        .filter(|id| !id.is_empty())
-        .map(|id| id.chars().take(64).collect());
+    let id = id.map(|Text(id)| id).filter(|id| !id.is_empty()).map(|id| {
+        match id.char_indices().nth(64) {
+            Some((end, _)) => match id {
+                Cow::Borrowed(id) => Cow::Borrowed(&id[..end]),
+                Cow::Owned(mut id) => {
+                    id.truncate(end);
+                    Cow::Owned(id)
+                }
+            },
+            None => id,
+        }
+    });
     Ok((
         Received {
             at: now,
@@ -504,27 +612,71 @@ fn content_type_ok(headers: &HeaderMap) -> bool {
     let Ok(v) = v.to_str() else {
         return false;
     };
-    let essence = v.split(';').next().unwrap_or("").trim();
+    let essence = v
+        .bytes()
+        .position(|b| b == b';')
+        .map_or(v, |end| &v[..end])
+        .trim();
     essence.eq_ignore_ascii_case("text/plain") || essence.eq_ignore_ascii_case("application/json")
 }
 
-async fn read_body(body: Body, cap: usize, limit: Duration) -> Result<bytes::Bytes, Reject> {
-    let limited = http_body_util::Limited::new(body, cap);
-    match tokio::time::timeout(limit, limited.collect()).await {
-        Err(_) => Err(Reject::Timeout),
-        Ok(Err(_)) => Err(Reject::TooLarge),
-        Ok(Ok(c)) => Ok(c.to_bytes()),
+/// Reads the body up to `cap` bytes within `limit` of its first wait. A body already in hand
+/// (a beacon sent in one packet) arms no timer and is not copied.
+async fn read_body<B>(body: B, cap: usize, limit: Duration) -> Result<Bytes, Reject>
+where
+    B: HttpBody<Data = Bytes>,
+{
+    let mut body = pin!(body);
+    let mut timer = pin!(None::<tokio::time::Sleep>);
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<u8> = Vec::new();
+    let mut len = 0;
+    loop {
+        let frame = std::future::poll_fn(|cx| match body.as_mut().poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(Ok(frame)),
+            Poll::Pending => {
+                if timer.is_none() {
+                    timer.set(Some(tokio::time::sleep(limit)));
+                }
+                match timer.as_mut().as_pin_mut().map(|t| t.poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(Err(Reject::Timeout)),
+                    _ => Poll::Pending,
+                }
+            }
+        })
+        .await?;
+        let Some(frame) = frame else { break };
+        // A body that fails to arrive whole counts as one over the cap, as before.
+        let Ok(data) = frame.map_err(|_| Reject::TooLarge)?.into_data() else {
+            continue;
+        };
+        len += data.len();
+        if len > cap {
+            return Err(Reject::TooLarge);
+        }
+        if first.is_none() && more.is_empty() {
+            first = Some(data);
+        } else {
+            if let Some(head) = first.take() {
+                more.extend_from_slice(&head);
+            }
+            more.extend_from_slice(&data);
+        }
     }
+    Ok(first.unwrap_or_else(|| Bytes::from(more)))
 }
 
 /// Takes one beacon: every check, then the scoreboard.
-pub(crate) async fn receive(
+pub(crate) async fn receive<B>(
     service: &Service,
     kind: Kind,
     peer: IpAddr,
     headers: &HeaderMap,
-    body: Body,
-) -> Result<(), Reject> {
+    body: B,
+) -> Result<(), Reject>
+where
+    B: HttpBody<Data = Bytes>,
+{
     let cfg = &service.inner.config;
     if let Some(origin) = headers.get(header::ORIGIN)
         && !cfg.allows_origin(origin.as_bytes())
@@ -534,11 +686,8 @@ pub(crate) async fn receive(
     if !content_type_ok(headers) {
         return Err(Reject::ContentType);
     }
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > cfg.body_limit as u64) {
+    // A body known to be over the cap (its `Content-Length`) is refused unread.
+    if body.size_hint().lower() > cfg.body_limit as u64 {
         return Err(Reject::TooLarge);
     }
     let (client, forged) = client_address(peer, headers, &cfg.trusted_proxies);
@@ -576,11 +725,54 @@ pub(crate) async fn receive(
     Ok(())
 }
 
-async fn handle(service: Service, kind: Kind, req: Request) -> Response {
-    // The request taken apart, not its headers copied (axum's HeaderMap extractor clones).
+/// The beacon route `path` names, if any (what the router matches: the path exactly).
+pub(crate) fn route_kind(path: &str) -> Option<Kind> {
+    match path {
+        "/rum/nav" => Some(Kind::Nav),
+        "/rum/cdn" => Some(Kind::Probe),
+        _ => None,
+    }
+}
+
+/// Answers one request to a beacon route: a beacon (`POST`), the CORS preflight (`OPTIONS`),
+/// or `405`. The router's handlers and [`super::serve`]'s direct path both come here.
+pub(crate) async fn route<B>(
+    service: Service,
+    kind: Kind,
+    peer: IpAddr,
+    req: Request<B>,
+) -> Response
+where
+    B: HttpBody<Data = Bytes>,
+{
     let (parts, body) = req.into_parts();
-    let peer = parts
-        .extensions
+    let cors = &service.inner.cors;
+    let origin = parts.headers.get(header::ORIGIN);
+    let mut response = match parts.method {
+        Method::POST => match receive(&service, kind, peer, &parts.headers, body).await {
+            Ok(()) => {
+                service.inner.metrics.accepted(kind);
+                StatusCode::NO_CONTENT.into_response()
+            }
+            Err(reason) => {
+                service.inner.metrics.rejected(kind, reason);
+                reason.into_response()
+            }
+        },
+        Method::OPTIONS => return cors.preflight(origin),
+        _ => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, HeaderValue::from_static("POST"))],
+        )
+            .into_response(),
+    };
+    cors.apply(origin, response.headers_mut());
+    response
+}
+
+async fn handle(service: Service, kind: Kind, req: Request<Body>) -> Response {
+    let peer = req
+        .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
     let Some(peer) = peer else {
@@ -589,24 +781,82 @@ async fn handle(service: Service, kind: Kind, req: Request) -> Response {
         );
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    match receive(&service, kind, peer, &parts.headers, body).await {
-        Ok(()) => {
-            service.inner.metrics.accepted(kind);
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Err(reason) => {
-            service.inner.metrics.rejected(kind, reason);
-            reason.into_response()
-        }
-    }
+    route(service, kind, peer, req).await
 }
 
-pub(crate) async fn nav(State(service): State<Service>, req: Request) -> Response {
+pub(crate) async fn nav(State(service): State<Service>, req: Request<Body>) -> Response {
     handle(service, Kind::Nav, req).await
 }
 
-pub(crate) async fn cdn(State(service): State<Service>, req: Request) -> Response {
+pub(crate) async fn cdn(State(service): State<Service>, req: Request<Body>) -> Response {
     handle(service, Kind::Probe, req).await
+}
+
+/// The CORS answers of the beacon routes, as tower-http's `CorsLayer` gave them (allow
+/// `POST` with `Content-Type` from the site's origins, credentials unless any origin may
+/// send, a day's preflight cache), with every header value built once: the layer cloned
+/// itself and rebuilt its `Vary` value on every request.
+#[derive(Debug)]
+pub(crate) struct Cors {
+    /// `*`: any origin, without credentials.
+    any: bool,
+    origins: Vec<HeaderValue>,
+}
+
+impl Cors {
+    const VARY: HeaderValue = HeaderValue::from_static(
+        "origin, access-control-request-method, access-control-request-headers",
+    );
+
+    pub(crate) fn new(origins: &[String]) -> Cors {
+        Cors {
+            any: origins.iter().any(|o| o == "*"),
+            origins: origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok())
+                .collect(),
+        }
+    }
+
+    /// The headers every answer carries.
+    fn apply(&self, origin: Option<&HeaderValue>, headers: &mut HeaderMap) {
+        headers.append(header::VARY, Cors::VARY);
+        if self.any {
+            headers.insert(
+                header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                HeaderValue::from_static("*"),
+            );
+            return;
+        }
+        // sendBeacon sends cookies (credentials mode "include"): a preflighted JSON send
+        // needs Allow-Credentials with the exact origin.
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        if let Some(o) = origin.filter(|o| self.origins.contains(o)) {
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o.clone());
+        }
+    }
+
+    fn preflight(&self, origin: Option<&HeaderValue>) -> Response {
+        let mut response = Response::new(Body::empty());
+        let headers = response.headers_mut();
+        self.apply(origin, headers);
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("POST"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("content-type"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("86400"),
+        );
+        response
+    }
 }
 
 #[cfg(test)]
@@ -655,6 +905,142 @@ mod tests {
         assert_eq!(
             client_address("10.0.0.5".parse().unwrap(), &h, &trusted).0,
             "10.0.0.5".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn the_hand_rolled_cors_answers_as_tower_http_did() {
+        use tower::{Layer, ServiceExt};
+        use tower_http::cors::{AllowOrigin, CorsLayer};
+
+        // The layer the beacon routes had before their CORS was hand-rolled.
+        let layer = |origins: &[String]| {
+            let layer = CorsLayer::new()
+                .allow_methods([Method::POST])
+                .allow_headers([header::CONTENT_TYPE])
+                .max_age(Duration::from_secs(86_400));
+            if origins.iter().any(|o| o == "*") {
+                layer.allow_origin(AllowOrigin::any())
+            } else {
+                let list: Vec<HeaderValue> = origins
+                    .iter()
+                    .filter_map(|o| HeaderValue::from_str(o).ok())
+                    .collect();
+                layer
+                    .allow_origin(AllowOrigin::list(list))
+                    .allow_credentials(true)
+            }
+        };
+        let sorted = |h: &HeaderMap| {
+            let mut v: Vec<(String, Vec<u8>)> = h
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect();
+            v.sort();
+            v
+        };
+        for origins in [
+            vec!["https://www.example.com".to_owned()],
+            vec![
+                "https://a.example".to_owned(),
+                "https://b.example".to_owned(),
+            ],
+            vec!["*".to_owned()],
+        ] {
+            let cors = Cors::new(&origins);
+            for method in [Method::OPTIONS, Method::POST] {
+                for origin in [
+                    None,
+                    Some("https://www.example.com"),
+                    Some("https://b.example"),
+                    Some("https://evil.example"),
+                ] {
+                    let mut req = axum::http::Request::builder()
+                        .method(method.clone())
+                        .uri("/rum/nav")
+                        .header(header::ACCESS_CONTROL_REQUEST_METHOD, "POST")
+                        .header(header::ACCESS_CONTROL_REQUEST_HEADERS, "content-type");
+                    if let Some(o) = origin {
+                        req = req.header(header::ORIGIN, o);
+                    }
+                    let req = req.body(Body::empty()).unwrap();
+                    let inner = tower::service_fn(|_req: axum::http::Request<Body>| async {
+                        Ok::<_, std::convert::Infallible>(StatusCode::NO_CONTENT.into_response())
+                    });
+                    let theirs =
+                        futures::executor::block_on(layer(&origins).layer(inner).oneshot(req))
+                            .unwrap();
+                    let origin = origin.map(HeaderValue::from_static);
+                    let ours = if method == Method::OPTIONS {
+                        cors.preflight(origin.as_ref())
+                    } else {
+                        let mut r = StatusCode::NO_CONTENT.into_response();
+                        cors.apply(origin.as_ref(), r.headers_mut());
+                        r
+                    };
+                    let case = format!("{origins:?} {method} {origin:?}");
+                    assert_eq!(ours.status(), theirs.status(), "{case}");
+                    assert_eq!(sorted(ours.headers()), sorted(theirs.headers()), "{case}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_wire_forms_read_as_serde_json_values_read_them() {
+        let w: ProbeWire<'_> = parse(
+            br#"{"id":"a\u0062c","at":"2026-01-01T00:00:00Z","times":{"f\u0061stly":1,"b":null,"fastly":2.5},"best":"b"}"#,
+        )
+        .unwrap();
+        assert_eq!(w.id.unwrap().0, "abc");
+        assert_eq!(
+            w.at.unwrap().0,
+            Some(Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap())
+        );
+        // A repeated provider: the last time counts, as in a map.
+        let Times::ByProvider(t) = w.times else {
+            panic!("by provider")
+        };
+        assert_eq!(
+            t,
+            vec![
+                (Cow::Borrowed("fastly"), Some(2.5)),
+                (Cow::Borrowed("b"), None)
+            ]
+        );
+        let w: ProbeWire<'_> = parse(br#"{"times":[1,null,3.5],"at":1700000000000}"#).unwrap();
+        assert!(matches!(w.times, Times::InOrder(ref t) if t == &[Some(1.0), None, Some(3.5)]));
+        assert_eq!(
+            w.at.unwrap().0,
+            Some(Timestamp::from_millis(1_700_000_000_000))
+        );
+        // Times that cannot be read are ignored, whatever their JSON type.
+        for at in [
+            "-5",
+            "1e16",
+            "true",
+            "[1,{}]",
+            "{\"a\":[1]}",
+            "\"yesterday\"",
+        ] {
+            let body = format!(r#"{{"at":{at},"ttfb":5,"provider":"p"}}"#);
+            let w: NavWire<'_> = parse(body.as_bytes()).unwrap();
+            assert!(w.at.unwrap().0.is_none(), "{at}");
+        }
+        let w: NavWire<'_> = parse(br#"{"id":"x","at":null,"ttfb":5,"provider":"p"}"#).unwrap();
+        assert!(w.at.is_none());
+        assert!(matches!(w.id.unwrap().0, Cow::Borrowed("x")), "not copied");
+        assert_eq!(
+            parse::<ProbeWire<'_>>(br#"{"times":"fast"}"#).err(),
+            Some(Reject::NotABeacon)
+        );
+        assert_eq!(
+            parse::<ProbeWire<'_>>(br#"{"times":{"a":"x"}}"#).err(),
+            Some(Reject::NotABeacon)
+        );
+        assert_eq!(
+            parse::<ProbeWire<'_>>(br#"{"times":{"a":1}"#).err(),
+            Some(Reject::Malformed)
         );
     }
 

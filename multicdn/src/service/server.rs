@@ -20,13 +20,21 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use std::convert::Infallible;
+use std::pin::Pin;
+
 use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::http::Request;
+use axum::response::Response;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use super::receiver;
 
 /// The server's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +141,46 @@ pub async fn serve(
     limits: ServeLimits,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve_counted(listener, router, limits, shutdown, None).await
+    serve_counted(listener, router, limits, shutdown, Hooks::default()).await
+}
+
+/// What [`super::Service::serve`] adds to [`serve`].
+#[derive(Default)]
+pub(crate) struct Hooks {
+    /// Called for every connection refused at a cap.
+    pub(crate) refused: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// The service whose beacon routes are answered directly, without the router (the same
+    /// handler the router calls; its routing, boxing and the `ConnectInfo` extension cost
+    /// more than the rest of a beacon's HTTP handling).
+    pub(crate) beacons: Option<super::Service>,
+}
+
+/// One connection's service: the beacon routes directly, everything else through the
+/// router with the peer's `ConnectInfo`.
+#[derive(Clone)]
+struct Connection {
+    router: Router,
+    peer: SocketAddr,
+    beacons: Option<super::Service>,
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for Connection {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn call(&self, mut req: Request<Incoming>) -> Answer {
+        if let Some(service) = &self.beacons
+            && let Some(kind) = receiver::route_kind(req.uri().path())
+        {
+            let (service, peer) = (service.clone(), self.peer.ip());
+            return Box::pin(async move { Ok(receiver::route(service, kind, peer, req).await) });
+        }
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+        Box::pin(self.router.clone().oneshot(req))
+    }
 }
 
 pub(crate) async fn serve_counted(
@@ -141,8 +188,9 @@ pub(crate) async fn serve_counted(
     router: Router,
     limits: ServeLimits,
     shutdown: impl Future<Output = ()>,
-    refused: Option<Arc<dyn Fn() + Send + Sync>>,
+    hooks: Hooks,
 ) -> std::io::Result<()> {
+    let Hooks { refused, beacons } = hooks;
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let clients = Arc::new(PerClient::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -184,11 +232,11 @@ pub(crate) async fn serve_counted(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(
-            router
-                .clone()
-                .layer(axum::Extension(ConnectInfo::<SocketAddr>(peer))),
-        );
+        let service = Connection {
+            router: router.clone(),
+            peer,
+            beacons: beacons.clone(),
+        };
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
