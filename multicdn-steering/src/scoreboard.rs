@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use multicdn_core::policy::RumPolicy;
 use multicdn_core::{CacheStatus, CellStats, Country, NetworkKey, ProviderId, Timestamp};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::beacon::{ClientNetwork, NavigationBeacon, ProbeBeacon};
@@ -1088,9 +1089,9 @@ impl Scoreboard {
 /// A snapshot under construction: the cuts, the base cells and each ASN's countries.
 #[derive(Default)]
 struct Parts {
-    cuts: HashMap<CutKey, Agg>,
+    cuts: FxHashMap<CutKey, Agg>,
     base: Vec<(BaseKey, Agg)>,
-    asn_countries: HashMap<u32, Vec<(Country, u64)>>,
+    asn_countries: FxHashMap<u32, Vec<(Country, u64)>>,
 }
 
 impl Parts {
@@ -1274,9 +1275,9 @@ pub struct Snapshot {
     min_samples: u64,
     fresh_for: Duration,
     providers: Vec<ProviderId>,
-    cuts: HashMap<CutKey, Agg>,
+    cuts: FxHashMap<CutKey, Agg>,
     base: Vec<(BaseKey, Agg)>,
-    dominant_country: HashMap<u32, Country>,
+    dominant_country: FxHashMap<u32, Country>,
 }
 
 impl Snapshot {

@@ -222,6 +222,75 @@ impl Sketch {
             self.count = other.count;
             return;
         }
+        if self
+            .count
+            .checked_add(other.count)
+            .is_some_and(|n| n <= u64::from(MAX_COUNT))
+        {
+            self.merge_in_place(other);
+            return;
+        }
+        self.merge_general(other);
+    }
+
+    /// [`Sketch::merge`] where no sum can fill an entry (both together hold at most
+    /// `MAX_COUNT` values), so each bin is one entry on both sides and in the result: the
+    /// bins both hold are added where they stand (a binary search each, from the last one
+    /// found), and the others, if any, are merged in from the back without a new buffer. A
+    /// small sketch merged into a large one (a base cell into a cut) costs its own length
+    /// times a search, not the large one's length.
+    fn merge_in_place(&mut self, other: &Sketch) {
+        let a = &mut self.entries;
+        let mut new = 0usize;
+        let mut from = 0usize;
+        for e in &other.entries {
+            let k = key(*e);
+            let pos = from
+                + a.get(from..)
+                    .unwrap_or_default()
+                    .partition_point(|x| key(*x) < k);
+            match a.get_mut(pos) {
+                Some(x) if key(*x) == k => {
+                    *x += count(*e);
+                    from = pos + 1;
+                }
+                _ => {
+                    new += 1;
+                    from = pos;
+                }
+            }
+        }
+        if new > 0 {
+            let b = &other.entries;
+            let (mut i, mut j) = (a.len(), b.len());
+            a.resize(i + new, 0);
+            let mut w = a.len();
+            // From the back: `a[..i]` unread, `a[w..]` written; the bins of `b` that `a` held
+            // are added already and skipped.
+            while j > 0 && w > i {
+                let kb = key(b[j - 1]);
+                let ka = if i > 0 { Some(key(a[i - 1])) } else { None };
+                match ka {
+                    Some(ka) if ka > kb => {
+                        a[w - 1] = a[i - 1];
+                        i -= 1;
+                        w -= 1;
+                    }
+                    Some(ka) if ka == kb => j -= 1,
+                    _ => {
+                        a[w - 1] = b[j - 1];
+                        j -= 1;
+                        w -= 1;
+                    }
+                }
+            }
+        }
+        self.count += other.count;
+    }
+
+    /// [`Sketch::merge`] in full: a merge into a new buffer that fills each entry up to
+    /// `MAX_COUNT` before starting the next.
+    fn merge_general(&mut self, other: &Sketch) {
         let mut out = Vec::with_capacity(self.entries.len() + other.entries.len());
         let (mut i, mut j) = (0, 0);
         let (a, b) = (&self.entries, &other.entries);
@@ -770,8 +839,23 @@ impl DenseBins {
             (self.lo, k + 1 + slack)
         };
         let hi = hi.min(BINS as u32);
-        let mut values = vec![0u64; (hi - lo) as usize];
         let shift = (self.lo.max(lo) - lo) as usize;
+        // Byte counters stay bytes over a longer range (their carries cost no more than
+        // before, and `from_values` would choose bytes again): moved over as they are.
+        if let Counters::Bytes { counts, carries } = &mut self.counters {
+            let mut wider = vec![0u8; (hi - lo) as usize];
+            if let Some(dst) = wider.get_mut(shift..shift + counts.len()) {
+                dst.copy_from_slice(counts);
+                for e in carries.iter_mut() {
+                    *e += (shift as u32) << CARRY_BITS;
+                }
+                carries.shrink_to_fit();
+                *counts = wider;
+                self.lo = lo;
+                return;
+            }
+        }
+        let mut values = vec![0u64; (hi - lo) as usize];
         let old = self.counters.values();
         if let Some(dst) = values.get_mut(shift..shift + old.len()) {
             dst.copy_from_slice(&old);
@@ -1467,6 +1551,30 @@ mod tests {
             }
             prop_assert_eq!(d.bins(), want.nonzero_bins());
             prop_assert_eq!(d.count(), want.count());
+        }
+
+        #[test]
+        fn merging_in_place_equals_merging_into_a_new_buffer(
+            a in prop::collection::btree_map(0u32..BINS as u32, 1u64..5_000, 0..300),
+            b in prop::collection::btree_map(0u32..BINS as u32, 1u64..5_000, 0..300),
+            big in prop_oneof![4 => Just(0u64), 1 => 1u64..3_000_000],
+        ) {
+            let mut a: Vec<(u32, u64)> = a.into_iter().collect();
+            let b: Vec<(u32, u64)> = b.into_iter().collect();
+            // Now and then a count near or past an entry's limit: the general path.
+            if let Some(first) = a.first_mut() {
+                first.1 += big;
+            }
+            let (sa, sb) = (Sketch::from_bins(&a), Sketch::from_bins(&b));
+            let mut merged = sa.clone();
+            merged.merge(&sb);
+            let mut general = sa.clone();
+            general.merge_general(&sb);
+            prop_assert_eq!(&merged, &general);
+            let mut acc = Accumulator::new();
+            acc.add(&sa);
+            acc.add(&sb);
+            prop_assert_eq!(merged, acc.to_sketch());
         }
 
         #[test]
