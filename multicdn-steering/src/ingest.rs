@@ -424,7 +424,7 @@ impl<R: NetworkResolver> Ingestor<R> {
             Ok::<u64, std::io::Error>(line)
         })?;
         self.line_no = read - 1;
-        for (ingestor, shard) in &shards {
+        for (ingestor, shard) in shards {
             for p in shard.providers() {
                 if board.provider_slot(p.as_str()).is_none() {
                     board
@@ -432,7 +432,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                         .map_err(std::io::Error::other)?;
                 }
             }
-            board.merge(shard).map_err(std::io::Error::other)?;
+            board.merge_owned(shard).map_err(std::io::Error::other)?;
             self.report.merge(&ingestor.report);
         }
         Ok(())

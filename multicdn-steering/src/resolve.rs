@@ -260,10 +260,79 @@ fn strip_all<'a>(mut text: &'a str, prefix: &str) -> &'a str {
 /// leading zeros) read here in one pass, anything else by the standard library.
 #[inline]
 pub(crate) fn parse_ip(text: &str) -> Option<IpAddr> {
-    match parse_v4(text.as_bytes()) {
-        Some(a) => Some(IpAddr::V4(a)),
-        None => text.parse().ok(),
+    if let Some(a) = parse_v4(text.as_bytes()) {
+        return Some(IpAddr::V4(a));
     }
+    if let Some(a) = parse_v6(text.as_bytes()) {
+        return Some(IpAddr::V6(a));
+    }
+    text.parse().ok()
+}
+
+/// Colon-separated hexadecimal IPv6 (at most one `::`, no embedded IPv4) exactly as the
+/// standard library accepts it (`None` for anything else, which the caller hands to the
+/// standard parser).
+#[inline]
+fn parse_v6(b: &[u8]) -> Option<std::net::Ipv6Addr> {
+    let mut groups = [0u16; 8];
+    // Groups before the `::` (or all of them), then after it.
+    let (mut head, mut tail) = ([0u16; 8], [0u16; 8]);
+    let (mut heads, mut tails) = (0usize, 0usize);
+    let mut gap = false;
+    let mut i = 0;
+    if b.starts_with(b"::") {
+        gap = true;
+        i = 2;
+    }
+    while i < b.len() {
+        let start = i;
+        let mut v = 0u16;
+        while let Some(d) = b.get(i).and_then(|c| (*c as char).to_digit(16)) {
+            if i - start == 4 {
+                return None;
+            }
+            v = (v << 4) | d as u16;
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let (list, n) = if gap {
+            (&mut tail, &mut tails)
+        } else {
+            (&mut head, &mut heads)
+        };
+        *list.get_mut(*n)? = v;
+        *n += 1;
+        if i == b.len() {
+            break;
+        }
+        // A `.` (embedded IPv4) or anything else: the standard parser's call.
+        if b[i] != b':' {
+            return None;
+        }
+        i += 1;
+        if b.get(i) == Some(&b':') {
+            if gap {
+                return None;
+            }
+            gap = true;
+            i += 1;
+        } else if i == b.len() {
+            return None;
+        }
+    }
+    if gap {
+        // `::` stands for at least one group.
+        if heads + tails > 7 {
+            return None;
+        }
+    } else if heads != 8 {
+        return None;
+    }
+    groups[..heads].copy_from_slice(&head[..heads]);
+    groups[8 - tails..].copy_from_slice(&tail[..tails]);
+    Some(std::net::Ipv6Addr::from(groups))
 }
 
 /// A dotted quad exactly as the standard library accepts one (`None` for anything else,
@@ -695,6 +764,30 @@ mod tests {
             "1.2.3.4/24",
             "1.2.3.٤",
             "999.999.999.999",
+            "::",
+            ":::",
+            "1::",
+            "::1",
+            "1:2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7::",
+            "::2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7:8::",
+            "::1:2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7",
+            "1::2::3",
+            "1:::2",
+            ":1::",
+            "1:",
+            ":1",
+            "12345::",
+            "ABCD:ef01::",
+            "0000:0000::0001",
+            "fe80::1%eth0",
+            "::ffff:1.2.3.4",
+            "2001:db8::1.2.3.4",
+            "1:2:3:4:5:6:7:8:9",
+            "g::",
+            "1::2:",
         ] {
             assert_eq!(parse_ip(text), text.parse::<IpAddr>().ok(), "{text:?}");
         }
@@ -726,6 +819,10 @@ mod tests {
             prop_assert_eq!(parse_ip(&text), text.parse::<IpAddr>().ok());
             let quad = format!("{}.{}.{}.{}", octets[0], octets[1], octets[2], octets[3]);
             prop_assert_eq!(parse_ip(&quad), quad.parse::<IpAddr>().ok());
+            let v6 = std::net::Ipv6Addr::from((u128::from(octets[0]) << 112) | u128::from(octets[1] % 3) << 40 | u128::from(octets[2]));
+            for text in [v6.to_string(), v6.to_string().to_uppercase(), format!("{:x}", u128::from(v6)), format!("{}:{}", v6, octets[3])] {
+                prop_assert_eq!(parse_ip(&text), text.parse::<IpAddr>().ok(), "{}", text);
+            }
         }
 
         #[test]

@@ -1031,6 +1031,21 @@ impl Scoreboard {
         Ok(())
     }
 
+    /// [`Scoreboard::merge`] of a shard given up: its cells are taken whole, not copied,
+    /// when this scoreboard holds none yet and both name the same providers (the parallel
+    /// ingest's first shard).
+    pub(crate) fn merge_owned(&mut self, other: Scoreboard) -> Result<(), SteeringError> {
+        if self.cells.is_empty()
+            && self.providers == other.providers
+            && self.bucket_ms == other.bucket_ms
+        {
+            self.cells = other.cells;
+            self.quality.add(&other.quality);
+            return Ok(());
+        }
+        self.merge(&other)
+    }
+
     /// One [`Snapshot`] per window, in the order given (the policy's
     /// [`RumPolicy::read_windows`], shortest first, for
     /// [`cohort_inputs_over`](crate::engine::cohorts::cohort_inputs_over)).
