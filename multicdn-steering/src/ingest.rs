@@ -43,7 +43,7 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use multicdn_core::{CacheStatus, Clock, Country, ProviderId, SystemClock, Timestamp};
+use multicdn_core::{Clock, Country, ProviderId, SystemClock, Timestamp};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -558,10 +558,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 value: Some(ttfb),
             };
             // A cache hit is also stored as one, the comparison free of cache share.
-            let hit = raw
-                .cache
-                .as_deref()
-                .is_some_and(|c| CacheStatus::parse(c) == CacheStatus::Hit);
+            let hit = raw.cache.as_deref().is_some_and(is_hit);
             let recorded = if hit {
                 board.insert_navigation(at, slot, network, ttfb, true)
             } else {
@@ -696,6 +693,16 @@ impl<R: NetworkResolver> Ingestor<R> {
         }
         Ok(net)
     }
+}
+
+/// Whether a cache status reads as [`multicdn_core::CacheStatus::Hit`], without the
+/// allocation of [`multicdn_core::CacheStatus::parse`] (the same trimmed, case-blind names).
+#[inline]
+fn is_hit(status: &str) -> bool {
+    let status = status.trim();
+    ["HIT", "HIT-STALE", "HIT-CLUSTER"]
+        .iter()
+        .any(|h| status.eq_ignore_ascii_case(h))
 }
 
 /// For the fuzz targets: whether the fast path reads `line` exactly as `serde_json` does
@@ -1534,6 +1541,34 @@ mod tests {
         let line = b"{\"at\":1,\"path\":\"caf\xe9 longer than a word\"}";
         assert!(fast::parse(line).is_none());
         assert_eq!(fast_path_agrees(line), Ok(()));
+    }
+
+    #[test]
+    fn a_hit_is_what_cache_status_parsing_calls_one() {
+        use multicdn_core::CacheStatus;
+        for status in [
+            "HIT",
+            "hit",
+            " Hit ",
+            "HIT-STALE",
+            "hit-cluster",
+            "HIT-CLUSTER\t",
+            "HITS",
+            "MISS",
+            "",
+            "H",
+            "HIT-",
+            "h\u{130}t",
+            "\u{a0}HIT",
+            "stale",
+            "hit stale",
+        ] {
+            assert_eq!(
+                is_hit(status),
+                CacheStatus::parse(status) == CacheStatus::Hit,
+                "{status:?}"
+            );
+        }
     }
 
     #[test]

@@ -427,7 +427,7 @@ impl Cell {
             index: open.index,
             failures: open.failures,
             newest: open.newest,
-            bins: PackedBins::from_bins(&open.bins.bins()),
+            bins: PackedBins::from_dense(&open.bins),
         };
         // The counters are reused: the next bucket's values likely span the same bins.
         open.bins.clear();

@@ -1097,8 +1097,44 @@ impl PackedBins {
             return PackedBins::default();
         };
         let (lo, hi) = (first.0, last.0 + 1);
+        let mut next = bins.iter().filter(|(k, _)| *k >= lo).peekable();
+        PackedBins::pack(lo, hi, bins.len(), |k| match next.peek() {
+            Some(&&(bk, bc)) if bk == k => {
+                next.next();
+                bc
+            }
+            _ => 0,
+        })
+    }
+
+    /// Packs an open bucket's counters as [`PackedBins::from_bins`] packs its bins: byte
+    /// counters (the common form) are read where they stand, with no list of bins between.
+    pub(crate) fn from_dense(dense: &DenseBins) -> PackedBins {
+        let Counters::Bytes { counts, carries } = &dense.counters else {
+            return PackedBins::from_bins(&dense.bins());
+        };
+        if !carries.is_empty() {
+            return PackedBins::from_bins(&dense.bins());
+        }
+        let (Some(first), Some(last)) = (
+            counts.iter().position(|c| *c > 0),
+            counts.iter().rposition(|c| *c > 0),
+        ) else {
+            return PackedBins::default();
+        };
+        let used = counts.get(first..=last).unwrap_or_default();
+        let lo = dense.lo + first as u32;
+        let nonzero = used.iter().filter(|c| **c > 0).count();
+        PackedBins::pack(lo, lo + used.len() as u32, nonzero, |k| {
+            used.get((k - lo) as usize).map_or(0, |c| u64::from(*c))
+        })
+    }
+
+    /// Packs the counts of bins `lo..hi` (the first and last non-empty), `count(k)` called
+    /// once for each bin in order; `nonzero` sizes the buffer.
+    fn pack(lo: u32, hi: u32, nonzero: usize, mut count: impl FnMut(u32) -> u64) -> PackedBins {
         let mut w = BitWriter {
-            out: Vec::with_capacity(bins.len() + 4),
+            out: Vec::with_capacity(nonzero + 4),
             acc: 0,
             bits: 0,
         };
@@ -1106,15 +1142,8 @@ impl PackedBins {
         w.put(u64::from(hi - lo), LEN_BITS);
         let mut state = RiceState::new();
         let mut prev = 0u64;
-        let mut next = bins.iter().filter(|(k, _)| *k >= lo).peekable();
         for k in lo..hi {
-            let c = match next.peek() {
-                Some(&&(bk, bc)) if bk == k => {
-                    next.next();
-                    bc
-                }
-                _ => 0,
-            };
+            let c = count(k);
             let z = symbol(c, prev);
             let kk = state.k();
             match z.checked_shr(kk) {
@@ -1539,6 +1568,15 @@ mod tests {
             let mut summed = Accumulator::new();
             packed.add_to(&mut summed);
             prop_assert_eq!(summed.nonzero_bins(), want.nonzero_bins());
+        }
+
+        #[test]
+        fn dense_counters_pack_as_their_bins_pack(adds in prop::collection::vec((0u32..BINS as u32, prop_oneof![8 => Just(1u64), 1 => 1u64..1_000]), 0..200)) {
+            let mut d = DenseBins::default();
+            for (k, n) in adds {
+                if n == 1 { d.insert(k) } else { d.add(k, n) }
+            }
+            prop_assert_eq!(PackedBins::from_dense(&d).data, PackedBins::from_bins(&d.bins()).data);
         }
 
         #[test]
