@@ -985,6 +985,17 @@ impl BitWriter {
         }
     }
 
+    /// Writes `n` 0 bits (`n` at most 56): `put(0, n)`.
+    #[inline]
+    fn zeros(&mut self, n: u32) {
+        self.bits += n;
+        while self.bits >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.bits -= 8;
+        }
+    }
+
     fn finish(mut self) -> Vec<u8> {
         if self.bits > 0 {
             self.out.push(self.acc as u8);
@@ -1124,17 +1135,16 @@ impl PackedBins {
         };
         let used = counts.get(first..=last).unwrap_or_default();
         let lo = dense.lo + first as u32;
-        let nonzero = used.iter().filter(|c| **c > 0).count();
-        PackedBins::pack(lo, lo + used.len() as u32, nonzero, |k| {
+        PackedBins::pack(lo, lo + used.len() as u32, used.len() / 2, |k| {
             used.get((k - lo) as usize).map_or(0, |c| u64::from(*c))
         })
     }
 
     /// Packs the counts of bins `lo..hi` (the first and last non-empty), `count(k)` called
-    /// once for each bin in order; `nonzero` sizes the buffer.
-    fn pack(lo: u32, hi: u32, nonzero: usize, mut count: impl FnMut(u32) -> u64) -> PackedBins {
+    /// once for each bin in order; `size` sizes the buffer (the bytes kept are the same).
+    fn pack(lo: u32, hi: u32, size: usize, mut count: impl FnMut(u32) -> u64) -> PackedBins {
         let mut w = BitWriter {
-            out: Vec::with_capacity(nonzero + 4),
+            out: Vec::with_capacity(size + 4),
             acc: 0,
             bits: 0,
         };
@@ -1144,6 +1154,12 @@ impl PackedBins {
         let mut prev = 0u64;
         for k in lo..hi {
             let c = count(k);
+            if c == 0 {
+                // An empty bin: symbol 0, a quotient of 0 (one 0 bit) and `kk` 0 bits.
+                w.zeros(1 + state.k());
+                state.update(0);
+                continue;
+            }
             let z = symbol(c, prev);
             let kk = state.k();
             match z.checked_shr(kk) {
