@@ -432,7 +432,9 @@ impl<R: NetworkResolver> Ingestor<R> {
                         .map_err(std::io::Error::other)?;
                 }
             }
-            board.merge_owned(shard).map_err(std::io::Error::other)?;
+            board
+                .merge_owned(shard, threads)
+                .map_err(std::io::Error::other)?;
             self.report.merge(&ingestor.report);
         }
         Ok(())

@@ -654,6 +654,14 @@ impl Hasher for KeyHasher {
     }
 }
 
+impl KeyHasher {
+    /// The hash of one packed key.
+    fn hashed(mut self, packed: u64) -> u64 {
+        self.write_u64(packed);
+        self.finish()
+    }
+}
+
 /// The cells by packed key: a lookup lands on the cell itself.
 type CellMap = HashMap<u64, Cell, BuildHasherDefault<KeyHasher>>;
 
@@ -1031,19 +1039,53 @@ impl Scoreboard {
         Ok(())
     }
 
-    /// [`Scoreboard::merge`] of a shard given up: its cells are taken whole, not copied,
-    /// when this scoreboard holds none yet and both name the same providers (the parallel
-    /// ingest's first shard).
-    pub(crate) fn merge_owned(&mut self, other: Scoreboard) -> Result<(), SteeringError> {
-        if self.cells.is_empty()
-            && self.providers == other.providers
-            && self.bucket_ms == other.bucket_ms
-        {
+    /// [`Scoreboard::merge`] of a shard given up, on up to `threads` threads: its cells are
+    /// taken whole, not copied, when this scoreboard holds none yet, and otherwise merged
+    /// cell by cell on `threads` threads, each over its own share of the keys (every cell
+    /// merges on its own, so the cells are those of [`Scoreboard::merge`]); both only when
+    /// the two name the same providers with the same bucket length (the parallel ingest's
+    /// shards), else it is [`Scoreboard::merge`].
+    pub(crate) fn merge_owned(
+        &mut self,
+        other: Scoreboard,
+        threads: usize,
+    ) -> Result<(), SteeringError> {
+        if self.providers != other.providers || self.bucket_ms != other.bucket_ms {
+            return self.merge(&other);
+        }
+        self.quality.add(&other.quality);
+        if self.cells.is_empty() {
             self.cells = other.cells;
-            self.quality.add(&other.quality);
             return Ok(());
         }
-        self.merge(&other)
+        let threads = threads.clamp(1, 16) as u64;
+        let share = |packed: u64| (KeyHasher::default().hashed(packed) % threads) as usize;
+        let mut parts: Vec<CellMap> = (0..threads).map(|_| CellMap::default()).collect();
+        for (packed, cell) in std::mem::take(&mut self.cells) {
+            if let Some(part) = parts.get_mut(share(packed)) {
+                part.insert(packed, cell);
+            }
+        }
+        let other = &other.cells;
+        std::thread::scope(|scope| {
+            for (i, part) in parts.iter_mut().enumerate() {
+                scope.spawn(move || {
+                    for (packed, cell) in other.iter().filter(|(k, _)| share(**k) == i) {
+                        match part.entry(*packed) {
+                            Entry::Occupied(o) => o.into_mut().merge(cell),
+                            Entry::Vacant(v) => {
+                                v.insert(cell.clone());
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        self.cells.reserve(parts.iter().map(HashMap::len).sum());
+        for part in parts {
+            self.cells.extend(part);
+        }
+        Ok(())
     }
 
     /// One [`Snapshot`] per window, in the order given (the policy's
