@@ -40,11 +40,10 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use multicdn_core::{CacheStatus, Clock, Country, ProviderId, SystemClock, Timestamp};
+use multicdn_core::{Clock, Country, ProviderId, SystemClock, Timestamp};
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -425,7 +424,7 @@ impl<R: NetworkResolver> Ingestor<R> {
             Ok::<u64, std::io::Error>(line)
         })?;
         self.line_no = read - 1;
-        for (ingestor, shard) in &shards {
+        for (ingestor, shard) in shards {
             for p in shard.providers() {
                 if board.provider_slot(p.as_str()).is_none() {
                     board
@@ -433,7 +432,9 @@ impl<R: NetworkResolver> Ingestor<R> {
                         .map_err(std::io::Error::other)?;
                 }
             }
-            board.merge(shard).map_err(std::io::Error::other)?;
+            board
+                .merge_owned(shard, threads)
+                .map_err(std::io::Error::other)?;
             self.report.merge(&ingestor.report);
         }
         Ok(())
@@ -559,10 +560,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 value: Some(ttfb),
             };
             // A cache hit is also stored as one, the comparison free of cache share.
-            let hit = raw
-                .cache
-                .as_deref()
-                .is_some_and(|c| CacheStatus::parse(c) == CacheStatus::Hit);
+            let hit = raw.cache.as_deref().is_some_and(is_hit);
             let recorded = if hit {
                 board.insert_navigation(at, slot, network, ttfb, true)
             } else {
@@ -681,9 +679,8 @@ impl<R: NetworkResolver> Ingestor<R> {
     fn network(&self, raw: &RawLine<'_>) -> Result<ClientNetwork, (BadLine, Option<String>)> {
         let mut net = match raw.ip.as_deref() {
             Some(ip) => {
-                let ip: IpAddr = ip
-                    .parse()
-                    .map_err(|_| (BadLine::BadNetwork, Some(quote("ip", ip))))?;
+                let ip = crate::resolve::parse_ip(ip)
+                    .ok_or_else(|| (BadLine::BadNetwork, Some(quote("ip", ip))))?;
                 self.resolver.resolve(ip)
             }
             None => ClientNetwork::default(),
@@ -698,6 +695,16 @@ impl<R: NetworkResolver> Ingestor<R> {
         }
         Ok(net)
     }
+}
+
+/// Whether a cache status reads as [`multicdn_core::CacheStatus::Hit`], without the
+/// allocation of [`multicdn_core::CacheStatus::parse`] (the same trimmed, case-blind names).
+#[inline]
+fn is_hit(status: &str) -> bool {
+    let status = status.trim();
+    ["HIT", "HIT-STALE", "HIT-CLUSTER"]
+        .iter()
+        .any(|h| status.eq_ignore_ascii_case(h))
 }
 
 /// For the fuzz targets: whether the fast path reads `line` exactly as `serde_json` does
@@ -887,14 +894,6 @@ mod fast {
     /// A probe beacon's times by provider name.
     type Pairs<'a> = Vec<(Cow<'a, str>, Option<f64>)>;
 
-    enum Value<'a> {
-        Str(&'a str),
-        Num(&'a [u8]),
-        Times(Pairs<'a>),
-        Null,
-        Other,
-    }
-
     #[inline]
     fn ws(b: &[u8], mut i: usize) -> usize {
         while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\r' | b'\n') {
@@ -903,14 +902,46 @@ mod fast {
         i
     }
 
+    /// The first `"`, `\\` or control byte at or after `i`, eight bytes at a time.
+    #[inline]
+    fn special(b: &[u8], mut i: usize) -> Option<usize> {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGHS: u64 = 0x8080_8080_8080_8080;
+        while let Some(chunk) = b.get(i..i + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let w = u64::from_le_bytes(word);
+            let quote = w ^ (ONES * u64::from(b'"'));
+            let backslash = w ^ (ONES * u64::from(b'\\'));
+            // Each test may also flag bytes above its first true hit (a borrow), never below
+            // it: the lowest flagged byte is a true one.
+            let found = (quote.wrapping_sub(ONES) & !quote
+                | backslash.wrapping_sub(ONES) & !backslash
+                | w.wrapping_sub(ONES * 0x20) & !w)
+                & HIGHS;
+            if found != 0 {
+                return Some(i + (found.trailing_zeros() / 8) as usize);
+            }
+            i += 8;
+        }
+        b.get(i..)?
+            .iter()
+            .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)
+            .map(|p| i + p)
+    }
+
     /// A string body from just after its opening quote; `None` on an escape or a control byte.
     #[inline]
     fn string(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
-        let len = b
-            .get(i..)?
-            .iter()
-            .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
-        (b[i + len] == b'"').then(|| (&b[i..i + len], i + len + 1))
+        let end = special(b, i)?;
+        (b[end] == b'"').then(|| (&b[i..end], end + 1))
+    }
+
+    /// A string value kept as text (the line is valid UTF-8 and both ends are ASCII quotes).
+    #[inline]
+    fn text(b: &[u8], i: usize) -> Option<(&str, usize)> {
+        let (v, next) = string(b, i)?;
+        Some((std::str::from_utf8(v).ok()?, next))
     }
 
     /// Skips a string whose value is not kept, from just after its opening quote, escapes
@@ -919,11 +950,7 @@ mod fast {
     #[inline]
     fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
         loop {
-            let len = b
-                .get(i..)?
-                .iter()
-                .position(|c| *c == b'"' || *c == b'\\' || *c < 0x20)?;
-            i += len;
+            i = special(b, i)?;
             match b[i] {
                 b'"' => return Some(i + 1),
                 b'\\' => match *b.get(i + 1)? {
@@ -971,8 +998,7 @@ mod fast {
     }
 
     /// A probe beacon's `times` object, `{"provider": ms or null, ...}`, from its `{`.
-    fn times(text: &str, mut i: usize) -> Option<(Pairs<'_>, usize)> {
-        let b = text.as_bytes();
+    fn times(b: &[u8], mut i: usize) -> Option<(Pairs<'_>, usize)> {
         let mut out = Vec::with_capacity(4);
         i = ws(b, i + 1);
         if b.get(i) == Some(&b'}') {
@@ -982,8 +1008,7 @@ mod fast {
             if b.get(i) != Some(&b'"') {
                 return None;
             }
-            let (key, next) = string(b, i + 1)?;
-            let key = text.get(i + 1..i + 1 + key.len())?;
+            let (key, next) = text(b, i + 1)?;
             i = ws(b, next);
             if b.get(i) != Some(&b':') {
                 return None;
@@ -1059,9 +1084,78 @@ mod fast {
         Some(v)
     }
 
+    /// An integer token at `i` as JSON writes one (`None` for anything else, a sign, a
+    /// fraction or an exponent included: `serde_json` reads those, or refuses them).
+    #[inline]
+    fn uint(b: &[u8], mut i: usize) -> Option<(u64, usize)> {
+        let start = i;
+        let mut v: u64 = 0;
+        while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
+            v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+            i += 1;
+        }
+        let digits = i - start;
+        if digits == 0 || (digits > 1 && b[start] == b'0') {
+            return None;
+        }
+        match b.get(i) {
+            Some(b'.' | b'e' | b'E' | b'+' | b'-') => None,
+            _ => Some((v, i)),
+        }
+    }
+
+    /// Powers of ten a decimal of at most 15 digits is divided by.
+    const POW10: [f64; 16] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+    ];
+
+    /// A number token at `i` read into an `f64`: a decimal of at most 15 digits without an
+    /// exponent (`-?int(.frac)?`) is its digits as an integer over a power of ten, one
+    /// correctly rounded division, as `serde_json` reads it; anything else goes through
+    /// [`number`] and [`float`].
+    #[inline]
+    fn decimal(b: &[u8], i: usize) -> Option<(f64, usize)> {
+        let neg = b.get(i) == Some(&b'-');
+        let mut j = i + usize::from(neg);
+        let start = j;
+        let mut m: u64 = 0;
+        while let Some(d) = b.get(j).filter(|d| d.is_ascii_digit()) {
+            m = m.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+            j += 1;
+        }
+        let int = j - start;
+        let mut frac = 0;
+        if b.get(j) == Some(&b'.') {
+            j += 1;
+            while let Some(d) = b.get(j).filter(|d| d.is_ascii_digit()) {
+                m = m.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+                j += 1;
+                frac += 1;
+            }
+        }
+        let simple = int > 0
+            && !(int > 1 && b[start] == b'0')
+            && (b.get(j - 1) != Some(&b'.'))
+            && int + frac <= 15
+            && !matches!(b.get(j), Some(b'e' | b'E' | b'+' | b'-' | b'.'));
+        if !simple {
+            let n = number(b, i)?;
+            return Some((float(n)?, i + n.len()));
+        }
+        let mut v = m as f64;
+        if frac > 0 {
+            v /= POW10[frac];
+        }
+        Some((if neg { -v } else { v }, j))
+    }
+
     pub(super) fn parse(line: &[u8]) -> Option<RawLine<'_>> {
-        let text = std::str::from_utf8(line).ok()?;
-        let b = text.as_bytes();
+        // Valid UTF-8 (checked in full only when not plain ASCII): string values are then
+        // whole UTF-8 slices between ASCII quotes.
+        if !line.is_ascii() {
+            std::str::from_utf8(line).ok()?;
+        }
+        let b = line;
         let mut out = RawLine::default();
         let mut seen = 0u8;
         let mut i = ws(b, 0);
@@ -1082,42 +1176,6 @@ mod fast {
                 return None;
             }
             i = ws(b, i + 1);
-            let value = match *b.get(i)? {
-                b'{' if key == b"times" => {
-                    let (pairs, next) = times(text, i)?;
-                    i = next;
-                    Value::Times(pairs)
-                }
-                b'"' if !matches!(key, b"ip" | b"country" | b"provider" | b"cache" | b"times") => {
-                    i = skip_string(b, i + 1)?;
-                    Value::Other
-                }
-                b'"' => {
-                    let (v, next) = string(b, i + 1)?;
-                    // Both ends sit on ASCII quotes, so this is a whole UTF-8 slice.
-                    let v = text.get(i + 1..i + 1 + v.len())?;
-                    i = next;
-                    Value::Str(v)
-                }
-                b'-' | b'0'..=b'9' => {
-                    let n = number(b, i)?;
-                    i += n.len();
-                    Value::Num(n)
-                }
-                b'n' if b.get(i..i + 4) == Some(b"null") => {
-                    i += 4;
-                    Value::Null
-                }
-                b't' if b.get(i..i + 4) == Some(b"true") => {
-                    i += 4;
-                    Value::Other
-                }
-                b'f' if b.get(i..i + 5) == Some(b"false") => {
-                    i += 5;
-                    Value::Other
-                }
-                _ => return None,
-            };
             let bit = match key {
                 b"at" => AT,
                 b"ip" => IP,
@@ -1129,25 +1187,70 @@ mod fast {
                 b"cache" => CACHE,
                 _ => 0,
             };
+            let first = *b.get(i)?;
+            if first == b'n' {
+                // `null`: a known field stays unset (still counted once).
+                if b.get(i..i + 4) != Some(b"null") {
+                    return None;
+                }
+                i += 4;
+            } else {
+                match bit {
+                    0 => {
+                        i = match first {
+                            b'"' => skip_string(b, i + 1)?,
+                            b'-' | b'0'..=b'9' => i + number(b, i)?.len(),
+                            b't' if b.get(i..i + 4) == Some(b"true") => i + 4,
+                            b'f' if b.get(i..i + 5) == Some(b"false") => i + 5,
+                            _ => return None,
+                        };
+                    }
+                    AT | ASN => {
+                        let (v, next) = uint(b, i)?;
+                        if bit == AT {
+                            out.at = Some(v);
+                        } else {
+                            out.asn = Some(u32::try_from(v).ok()?);
+                        }
+                        i = next;
+                    }
+                    TTFB => {
+                        if !matches!(first, b'-' | b'0'..=b'9') {
+                            return None;
+                        }
+                        let (v, next) = decimal(b, i)?;
+                        out.ttfb = Some(v);
+                        i = next;
+                    }
+                    TIMES => {
+                        if first != b'{' {
+                            return None;
+                        }
+                        let (pairs, next) = times(b, i)?;
+                        out.times = Some(super::RawTimes::ByProvider(pairs));
+                        i = next;
+                    }
+                    _ => {
+                        if first != b'"' {
+                            return None;
+                        }
+                        let (v, next) = text(b, i + 1)?;
+                        let v = Some(Cow::Borrowed(v));
+                        match bit {
+                            IP => out.ip = v,
+                            COUNTRY => out.country = v,
+                            PROVIDER => out.provider = v,
+                            _ => out.cache = v,
+                        }
+                        i = next;
+                    }
+                }
+            }
             if bit != 0 {
                 if seen & bit != 0 {
                     return None;
                 }
                 seen |= bit;
-                match (bit, value) {
-                    (_, Value::Null) => {}
-                    (AT, Value::Num(n)) => out.at = Some(integer(n)?),
-                    (ASN, Value::Num(n)) => out.asn = Some(u32::try_from(integer(n)?).ok()?),
-                    (TTFB, Value::Num(n)) => out.ttfb = Some(float(n)?),
-                    (TIMES, Value::Times(pairs)) => {
-                        out.times = Some(super::RawTimes::ByProvider(pairs));
-                    }
-                    (IP, Value::Str(v)) => out.ip = Some(Cow::Borrowed(v)),
-                    (COUNTRY, Value::Str(v)) => out.country = Some(Cow::Borrowed(v)),
-                    (PROVIDER, Value::Str(v)) => out.provider = Some(Cow::Borrowed(v)),
-                    (CACHE, Value::Str(v)) => out.cache = Some(Cow::Borrowed(v)),
-                    _ => return None,
-                }
             }
             i = ws(b, i);
             match b.get(i) {
@@ -1436,6 +1539,38 @@ mod tests {
         assert!(fast::parse(br#"{"at":1,"times":[1,null]}"#).is_none());
         assert!(fast::parse(br#"{"at":1,"path":"bad \q escape"}"#).is_none());
         assert!(fast::parse(br#"{"at":1,"at":2}"#).is_none());
+        // Bytes that are not UTF-8, in a string the fast path would skip: serde_json's call.
+        let line = b"{\"at\":1,\"path\":\"caf\xe9 longer than a word\"}";
+        assert!(fast::parse(line).is_none());
+        assert_eq!(fast_path_agrees(line), Ok(()));
+    }
+
+    #[test]
+    fn a_hit_is_what_cache_status_parsing_calls_one() {
+        use multicdn_core::CacheStatus;
+        for status in [
+            "HIT",
+            "hit",
+            " Hit ",
+            "HIT-STALE",
+            "hit-cluster",
+            "HIT-CLUSTER\t",
+            "HITS",
+            "MISS",
+            "",
+            "H",
+            "HIT-",
+            "h\u{130}t",
+            "\u{a0}HIT",
+            "stale",
+            "hit stale",
+        ] {
+            assert_eq!(
+                is_hit(status),
+                CacheStatus::parse(status) == CacheStatus::Hit,
+                "{status:?}"
+            );
+        }
     }
 
     #[test]
@@ -1732,6 +1867,22 @@ mod tests {
             Just("4294967296"),
             Just("8888888888888888888888888"),
             Just("123456789.123456789"),
+            Just("0"),
+            Just("-0"),
+            Just("0.5"),
+            Just("00.5"),
+            Just("37.80"),
+            Just("1.5.3"),
+            Just("-"),
+            Just("1.25e2"),
+            Just("999999999999999"),
+            Just("99999999999999.9"),
+            Just("0.000000000000001"),
+            Just("18446744073709551616"),
+            Just("\"\u{7f}x\""),
+            Just("\"a\tb\""),
+            Just("\"0123456789abcdef\\\"0123456789\""),
+            Just("\"0123456789abcdef0123456789\""),
             Just("\"caf\u{e9}\""),
             Just("\"\\/p\\/1?q=caf\\u00E9\""),
             Just("\"a\\\"b\\\\\""),
@@ -1770,6 +1921,7 @@ mod tests {
             let mut ing = Ingestor::new(crate::resolve::NoResolver);
             let mut b = board();
             let _ = ing.ingest_line(&line, &mut b);
+            proptest::prop_assert_eq!(fast_path_agrees(&line), Ok(()));
         }
     }
 }

@@ -164,7 +164,11 @@ impl PrefixTable {
     pub fn from_lines(text: &str) -> Result<PrefixTable, SteeringError> {
         let mut b = PrefixTable::builder();
         for line in text.lines() {
-            let line = line.split('#').next().unwrap_or_default().trim();
+            let line = match line.as_bytes().iter().position(|b| *b == b'#') {
+                Some(hash) => line.get(..hash).unwrap_or_default(),
+                None => line,
+            }
+            .trim();
             if line.is_empty() {
                 continue;
             }
@@ -172,15 +176,12 @@ impl PrefixTable {
             let prefix = parts.next().unwrap_or_default();
             let asn = match parts.next() {
                 None | Some("-") => None,
-                Some(a) => Some(
-                    a.trim_start_matches("AS")
-                        .trim_start_matches("as")
-                        .parse::<u32>()
-                        .map_err(|_| SteeringError::BadPrefix {
-                            value: line.to_owned(),
-                            why: "the ASN is not a number (write AS64500 or 64500, or -)",
-                        })?,
-                ),
+                Some(a) => Some(strip_all(strip_all(a, "AS"), "as").parse::<u32>().map_err(
+                    |_| SteeringError::BadPrefix {
+                        value: line.to_owned(),
+                        why: "the ASN is not a number (write AS64500 or 64500, or -)",
+                    },
+                )?),
             };
             let country = match parts.next() {
                 None | Some("-") => None,
@@ -246,6 +247,126 @@ impl NetworkResolver for PrefixTable {
     }
 }
 
+/// `text` without every leading `prefix` (as `trim_start_matches` with a string, without its
+/// searcher).
+fn strip_all<'a>(mut text: &'a str, prefix: &str) -> &'a str {
+    while let Some(rest) = text.strip_prefix(prefix) {
+        text = rest;
+    }
+    text
+}
+
+/// An address as `str::parse::<IpAddr>` reads it: dotted-quad IPv4 (four decimal octets, no
+/// leading zeros) read here in one pass, anything else by the standard library.
+#[inline]
+pub(crate) fn parse_ip(text: &str) -> Option<IpAddr> {
+    if let Some(a) = parse_v4(text.as_bytes()) {
+        return Some(IpAddr::V4(a));
+    }
+    if let Some(a) = parse_v6(text.as_bytes()) {
+        return Some(IpAddr::V6(a));
+    }
+    text.parse().ok()
+}
+
+/// Colon-separated hexadecimal IPv6 (at most one `::`, no embedded IPv4) exactly as the
+/// standard library accepts it (`None` for anything else, which the caller hands to the
+/// standard parser).
+#[inline]
+fn parse_v6(b: &[u8]) -> Option<std::net::Ipv6Addr> {
+    let mut groups = [0u16; 8];
+    // Groups before the `::` (or all of them), then after it.
+    let (mut head, mut tail) = ([0u16; 8], [0u16; 8]);
+    let (mut heads, mut tails) = (0usize, 0usize);
+    let mut gap = false;
+    let mut i = 0;
+    if b.starts_with(b"::") {
+        gap = true;
+        i = 2;
+    }
+    while i < b.len() {
+        let start = i;
+        let mut v = 0u16;
+        while let Some(d) = b.get(i).and_then(|c| (*c as char).to_digit(16)) {
+            if i - start == 4 {
+                return None;
+            }
+            v = (v << 4) | d as u16;
+            i += 1;
+        }
+        if i == start {
+            return None;
+        }
+        let (list, n) = if gap {
+            (&mut tail, &mut tails)
+        } else {
+            (&mut head, &mut heads)
+        };
+        *list.get_mut(*n)? = v;
+        *n += 1;
+        if i == b.len() {
+            break;
+        }
+        // A `.` (embedded IPv4) or anything else: the standard parser's call.
+        if b[i] != b':' {
+            return None;
+        }
+        i += 1;
+        if b.get(i) == Some(&b':') {
+            if gap {
+                return None;
+            }
+            gap = true;
+            i += 1;
+        } else if i == b.len() {
+            return None;
+        }
+    }
+    if gap {
+        // `::` stands for at least one group.
+        if heads + tails > 7 {
+            return None;
+        }
+    } else if heads != 8 {
+        return None;
+    }
+    groups[..heads].copy_from_slice(&head[..heads]);
+    groups[8 - tails..].copy_from_slice(&tail[..tails]);
+    Some(std::net::Ipv6Addr::from(groups))
+}
+
+/// A dotted quad exactly as the standard library accepts one (`None` for anything else,
+/// which the caller hands to the standard parser).
+#[inline]
+fn parse_v4(b: &[u8]) -> Option<std::net::Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut i = 0;
+    for (n, octet) in octets.iter_mut().enumerate() {
+        if n > 0 {
+            if b.get(i) != Some(&b'.') {
+                return None;
+            }
+            i += 1;
+        }
+        let start = i;
+        let mut v = 0u32;
+        while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
+            if i - start == 3 {
+                return None;
+            }
+            v = v * 10 + u32::from(d - b'0');
+            i += 1;
+        }
+        let digits = i - start;
+        // No empty octet, no leading zero (`01`), none above 255.
+        if digits == 0 || (digits > 1 && b[start] == b'0') {
+            return None;
+        }
+        *octet = u8::try_from(v).ok()?;
+    }
+    (i == b.len()).then(|| std::net::Ipv4Addr::from(octets))
+}
+
 fn parse_prefix(text: &str) -> Result<(IpAddr, u8), SteeringError> {
     let bad = |why| SteeringError::BadPrefix {
         value: text.to_owned(),
@@ -255,9 +376,7 @@ fn parse_prefix(text: &str) -> Result<(IpAddr, u8), SteeringError> {
         .trim()
         .split_once('/')
         .ok_or_else(|| bad("there is no /length"))?;
-    let addr: IpAddr = addr
-        .parse()
-        .map_err(|_| bad("the address is not an IP address"))?;
+    let addr = parse_ip(addr).ok_or_else(|| bad("the address is not an IP address"))?;
     let len: u8 = len.parse().map_err(|_| bad("the length is not a number"))?;
     let max = if addr.is_ipv4() { 32 } else { 128 };
     if len > max {
@@ -285,8 +404,9 @@ fn range(addr: u128, len: u8, bits: u8) -> (u128, u128) {
 
 /// Turns nested prefixes into disjoint ranges, each owned by its most specific prefix.
 fn flatten(mut prefixes: Vec<(u128, u128, u32)>) -> Vec<(u128, u128, u32)> {
-    // Larger first at equal starts; equal prefixes keep insertion order, so the last wins.
-    prefixes.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    // Larger first at equal starts; equal prefixes keep insertion order (the value index
+    // counts insertions), so the last wins.
+    prefixes.sort_unstable_by_key(|&(s, e, v)| (s, std::cmp::Reverse(e), v));
     let mut out: Vec<(u128, u128, u32)> = Vec::with_capacity(prefixes.len());
     let mut stack: Vec<(u128, u32)> = Vec::new();
     let mut cursor: Option<u128> = Some(0);
@@ -617,12 +737,93 @@ mod tests {
         assert_eq!(t.resolve("fffe::".parse().unwrap()).asn, Some(1));
     }
 
+    #[test]
+    fn the_address_parser_reads_what_the_standard_library_reads() {
+        for text in [
+            "1.2.3.4",
+            "0.0.0.0",
+            "255.255.255.255",
+            "256.1.1.1",
+            "01.2.3.4",
+            "1.2.3.04",
+            "1.2.3",
+            "1.2.3.4.5",
+            "1..2.3",
+            ".1.2.3",
+            "1.2.3.",
+            "1.2.3.4 ",
+            " 1.2.3.4",
+            "1234.1.1.1",
+            "0001.1.1.1",
+            "1.2.3.-4",
+            "+1.2.3.4",
+            "::1",
+            "::ffff:1.2.3.4",
+            "2001:db8::7",
+            "",
+            "1.2.3.4/24",
+            "1.2.3.٤",
+            "999.999.999.999",
+            "::",
+            ":::",
+            "1::",
+            "::1",
+            "1:2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7::",
+            "::2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7:8::",
+            "::1:2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7",
+            "1::2::3",
+            "1:::2",
+            ":1::",
+            "1:",
+            ":1",
+            "12345::",
+            "ABCD:ef01::",
+            "0000:0000::0001",
+            "fe80::1%eth0",
+            "::ffff:1.2.3.4",
+            "2001:db8::1.2.3.4",
+            "1:2:3:4:5:6:7:8:9",
+            "g::",
+            "1::2:",
+        ] {
+            assert_eq!(parse_ip(text), text.parse::<IpAddr>().ok(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn table_lines_take_as_prefixes_and_comments_as_before() {
+        let t = PrefixTable::from_lines(
+            "10.0.0.0/8 ASAS64500 DE # a comment\n# only a comment\n11.0.0.0/8 as64501 -\n12.0.0.0/8 64502#x",
+        )
+        .unwrap();
+        let asn = |ip: &str| t.resolve(ip.parse().unwrap()).asn;
+        assert_eq!(asn("10.1.1.1"), Some(64500));
+        assert_eq!(asn("11.1.1.1"), Some(64501));
+        assert_eq!(asn("12.1.1.1"), Some(64502));
+        assert!(PrefixTable::from_lines("10.0.0.0/8 ASx").is_err());
+        assert!(PrefixTable::from_lines("10.0.0.01/8 AS1").is_err());
+    }
+
     fn prefixes() -> impl Strategy<Value = Vec<(u32, u8)>> {
         prop::collection::vec((any::<u32>(), 0u8..=32), 1..40)
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn any_text_parses_as_the_standard_library_parses_it(text in "[0-9.:a-f]{0,20}", octets in prop::collection::vec(0u32..1100, 4)) {
+            prop_assert_eq!(parse_ip(&text), text.parse::<IpAddr>().ok());
+            let quad = format!("{}.{}.{}.{}", octets[0], octets[1], octets[2], octets[3]);
+            prop_assert_eq!(parse_ip(&quad), quad.parse::<IpAddr>().ok());
+            let v6 = std::net::Ipv6Addr::from((u128::from(octets[0]) << 112) | u128::from(octets[1] % 3) << 40 | u128::from(octets[2]));
+            for text in [v6.to_string(), v6.to_string().to_uppercase(), format!("{:x}", u128::from(v6)), format!("{}:{}", v6, octets[3])] {
+                prop_assert_eq!(parse_ip(&text), text.parse::<IpAddr>().ok(), "{}", text);
+            }
+        }
 
         #[test]
         fn agrees_with_a_linear_scan(ps in prefixes(), probes in prop::collection::vec(any::<u32>(), 20)) {

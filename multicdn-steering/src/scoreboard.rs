@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use multicdn_core::policy::RumPolicy;
 use multicdn_core::{CacheStatus, CellStats, Country, NetworkKey, ProviderId, Timestamp};
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::beacon::{ClientNetwork, NavigationBeacon, ProbeBeacon};
@@ -426,7 +427,7 @@ impl Cell {
             index: open.index,
             failures: open.failures,
             newest: open.newest,
-            bins: PackedBins::from_bins(&open.bins.bins()),
+            bins: PackedBins::from_dense(&open.bins),
         };
         // The counters are reused: the next bucket's values likely span the same bins.
         open.bins.clear();
@@ -650,6 +651,14 @@ impl Hasher for KeyHasher {
     fn write_u64(&mut self, n: u64) {
         let x = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         self.0 = x ^ (x >> 29);
+    }
+}
+
+impl KeyHasher {
+    /// The hash of one packed key.
+    fn hashed(mut self, packed: u64) -> u64 {
+        self.write_u64(packed);
+        self.finish()
     }
 }
 
@@ -1030,6 +1039,55 @@ impl Scoreboard {
         Ok(())
     }
 
+    /// [`Scoreboard::merge`] of a shard given up, on up to `threads` threads: its cells are
+    /// taken whole, not copied, when this scoreboard holds none yet, and otherwise merged
+    /// cell by cell on `threads` threads, each over its own share of the keys (every cell
+    /// merges on its own, so the cells are those of [`Scoreboard::merge`]); both only when
+    /// the two name the same providers with the same bucket length (the parallel ingest's
+    /// shards), else it is [`Scoreboard::merge`].
+    pub(crate) fn merge_owned(
+        &mut self,
+        other: Scoreboard,
+        threads: usize,
+    ) -> Result<(), SteeringError> {
+        if self.providers != other.providers || self.bucket_ms != other.bucket_ms {
+            return self.merge(&other);
+        }
+        self.quality.add(&other.quality);
+        if self.cells.is_empty() {
+            self.cells = other.cells;
+            return Ok(());
+        }
+        let threads = threads.clamp(1, 16) as u64;
+        let share = |packed: u64| (KeyHasher::default().hashed(packed) % threads) as usize;
+        let mut parts: Vec<CellMap> = (0..threads).map(|_| CellMap::default()).collect();
+        for (packed, cell) in std::mem::take(&mut self.cells) {
+            if let Some(part) = parts.get_mut(share(packed)) {
+                part.insert(packed, cell);
+            }
+        }
+        let other = &other.cells;
+        std::thread::scope(|scope| {
+            for (i, part) in parts.iter_mut().enumerate() {
+                scope.spawn(move || {
+                    for (packed, cell) in other.iter().filter(|(k, _)| share(**k) == i) {
+                        match part.entry(*packed) {
+                            Entry::Occupied(o) => o.into_mut().merge(cell),
+                            Entry::Vacant(v) => {
+                                v.insert(cell.clone());
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        self.cells.reserve(parts.iter().map(HashMap::len).sum());
+        for part in parts {
+            self.cells.extend(part);
+        }
+        Ok(())
+    }
+
     /// One [`Snapshot`] per window, in the order given (the policy's
     /// [`RumPolicy::read_windows`], shortest first, for
     /// [`cohort_inputs_over`](crate::engine::cohorts::cohort_inputs_over)).
@@ -1088,9 +1146,9 @@ impl Scoreboard {
 /// A snapshot under construction: the cuts, the base cells and each ASN's countries.
 #[derive(Default)]
 struct Parts {
-    cuts: HashMap<CutKey, Agg>,
+    cuts: FxHashMap<CutKey, Agg>,
     base: Vec<(BaseKey, Agg)>,
-    asn_countries: HashMap<u32, Vec<(Country, u64)>>,
+    asn_countries: FxHashMap<u32, Vec<(Country, u64)>>,
 }
 
 impl Parts {
@@ -1274,9 +1332,9 @@ pub struct Snapshot {
     min_samples: u64,
     fresh_for: Duration,
     providers: Vec<ProviderId>,
-    cuts: HashMap<CutKey, Agg>,
+    cuts: FxHashMap<CutKey, Agg>,
     base: Vec<(BaseKey, Agg)>,
-    dominant_country: HashMap<u32, Country>,
+    dominant_country: FxHashMap<u32, Country>,
 }
 
 impl Snapshot {

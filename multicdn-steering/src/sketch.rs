@@ -222,6 +222,75 @@ impl Sketch {
             self.count = other.count;
             return;
         }
+        if self
+            .count
+            .checked_add(other.count)
+            .is_some_and(|n| n <= u64::from(MAX_COUNT))
+        {
+            self.merge_in_place(other);
+            return;
+        }
+        self.merge_general(other);
+    }
+
+    /// [`Sketch::merge`] where no sum can fill an entry (both together hold at most
+    /// `MAX_COUNT` values), so each bin is one entry on both sides and in the result: the
+    /// bins both hold are added where they stand (a binary search each, from the last one
+    /// found), and the others, if any, are merged in from the back without a new buffer. A
+    /// small sketch merged into a large one (a base cell into a cut) costs its own length
+    /// times a search, not the large one's length.
+    fn merge_in_place(&mut self, other: &Sketch) {
+        let a = &mut self.entries;
+        let mut new = 0usize;
+        let mut from = 0usize;
+        for e in &other.entries {
+            let k = key(*e);
+            let pos = from
+                + a.get(from..)
+                    .unwrap_or_default()
+                    .partition_point(|x| key(*x) < k);
+            match a.get_mut(pos) {
+                Some(x) if key(*x) == k => {
+                    *x += count(*e);
+                    from = pos + 1;
+                }
+                _ => {
+                    new += 1;
+                    from = pos;
+                }
+            }
+        }
+        if new > 0 {
+            let b = &other.entries;
+            let (mut i, mut j) = (a.len(), b.len());
+            a.resize(i + new, 0);
+            let mut w = a.len();
+            // From the back: `a[..i]` unread, `a[w..]` written; the bins of `b` that `a` held
+            // are added already and skipped.
+            while j > 0 && w > i {
+                let kb = key(b[j - 1]);
+                let ka = if i > 0 { Some(key(a[i - 1])) } else { None };
+                match ka {
+                    Some(ka) if ka > kb => {
+                        a[w - 1] = a[i - 1];
+                        i -= 1;
+                        w -= 1;
+                    }
+                    Some(ka) if ka == kb => j -= 1,
+                    _ => {
+                        a[w - 1] = b[j - 1];
+                        j -= 1;
+                        w -= 1;
+                    }
+                }
+            }
+        }
+        self.count += other.count;
+    }
+
+    /// [`Sketch::merge`] in full: a merge into a new buffer that fills each entry up to
+    /// `MAX_COUNT` before starting the next.
+    fn merge_general(&mut self, other: &Sketch) {
         let mut out = Vec::with_capacity(self.entries.len() + other.entries.len());
         let (mut i, mut j) = (0, 0);
         let (a, b) = (&self.entries, &other.entries);
@@ -770,8 +839,23 @@ impl DenseBins {
             (self.lo, k + 1 + slack)
         };
         let hi = hi.min(BINS as u32);
-        let mut values = vec![0u64; (hi - lo) as usize];
         let shift = (self.lo.max(lo) - lo) as usize;
+        // Byte counters stay bytes over a longer range (their carries cost no more than
+        // before, and `from_values` would choose bytes again): moved over as they are.
+        if let Counters::Bytes { counts, carries } = &mut self.counters {
+            let mut wider = vec![0u8; (hi - lo) as usize];
+            if let Some(dst) = wider.get_mut(shift..shift + counts.len()) {
+                dst.copy_from_slice(counts);
+                for e in carries.iter_mut() {
+                    *e += (shift as u32) << CARRY_BITS;
+                }
+                carries.shrink_to_fit();
+                *counts = wider;
+                self.lo = lo;
+                return;
+            }
+        }
+        let mut values = vec![0u64; (hi - lo) as usize];
         let old = self.counters.values();
         if let Some(dst) = values.get_mut(shift..shift + old.len()) {
             dst.copy_from_slice(&old);
@@ -901,6 +985,17 @@ impl BitWriter {
         }
     }
 
+    /// Writes `n` 0 bits (`n` at most 56): `put(0, n)`.
+    #[inline]
+    fn zeros(&mut self, n: u32) {
+        self.bits += n;
+        while self.bits >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.bits -= 8;
+        }
+    }
+
     fn finish(mut self) -> Vec<u8> {
         if self.bits > 0 {
             self.out.push(self.acc as u8);
@@ -1013,8 +1108,43 @@ impl PackedBins {
             return PackedBins::default();
         };
         let (lo, hi) = (first.0, last.0 + 1);
+        let mut next = bins.iter().filter(|(k, _)| *k >= lo).peekable();
+        PackedBins::pack(lo, hi, bins.len(), |k| match next.peek() {
+            Some(&&(bk, bc)) if bk == k => {
+                next.next();
+                bc
+            }
+            _ => 0,
+        })
+    }
+
+    /// Packs an open bucket's counters as [`PackedBins::from_bins`] packs its bins: byte
+    /// counters (the common form) are read where they stand, with no list of bins between.
+    pub(crate) fn from_dense(dense: &DenseBins) -> PackedBins {
+        let Counters::Bytes { counts, carries } = &dense.counters else {
+            return PackedBins::from_bins(&dense.bins());
+        };
+        if !carries.is_empty() {
+            return PackedBins::from_bins(&dense.bins());
+        }
+        let (Some(first), Some(last)) = (
+            counts.iter().position(|c| *c > 0),
+            counts.iter().rposition(|c| *c > 0),
+        ) else {
+            return PackedBins::default();
+        };
+        let used = counts.get(first..=last).unwrap_or_default();
+        let lo = dense.lo + first as u32;
+        PackedBins::pack(lo, lo + used.len() as u32, used.len() / 2, |k| {
+            used.get((k - lo) as usize).map_or(0, |c| u64::from(*c))
+        })
+    }
+
+    /// Packs the counts of bins `lo..hi` (the first and last non-empty), `count(k)` called
+    /// once for each bin in order; `size` sizes the buffer (the bytes kept are the same).
+    fn pack(lo: u32, hi: u32, size: usize, mut count: impl FnMut(u32) -> u64) -> PackedBins {
         let mut w = BitWriter {
-            out: Vec::with_capacity(bins.len() + 4),
+            out: Vec::with_capacity(size + 4),
             acc: 0,
             bits: 0,
         };
@@ -1022,15 +1152,14 @@ impl PackedBins {
         w.put(u64::from(hi - lo), LEN_BITS);
         let mut state = RiceState::new();
         let mut prev = 0u64;
-        let mut next = bins.iter().filter(|(k, _)| *k >= lo).peekable();
         for k in lo..hi {
-            let c = match next.peek() {
-                Some(&&(bk, bc)) if bk == k => {
-                    next.next();
-                    bc
-                }
-                _ => 0,
-            };
+            let c = count(k);
+            if c == 0 {
+                // An empty bin: symbol 0, a quotient of 0 (one 0 bit) and `kk` 0 bits.
+                w.zeros(1 + state.k());
+                state.update(0);
+                continue;
+            }
             let z = symbol(c, prev);
             let kk = state.k();
             match z.checked_shr(kk) {
@@ -1458,6 +1587,15 @@ mod tests {
         }
 
         #[test]
+        fn dense_counters_pack_as_their_bins_pack(adds in prop::collection::vec((0u32..BINS as u32, prop_oneof![8 => Just(1u64), 1 => 1u64..1_000]), 0..200)) {
+            let mut d = DenseBins::default();
+            for (k, n) in adds {
+                if n == 1 { d.insert(k) } else { d.add(k, n) }
+            }
+            prop_assert_eq!(PackedBins::from_dense(&d).data, PackedBins::from_bins(&d.bins()).data);
+        }
+
+        #[test]
         fn dense_bins_hold_what_was_added(adds in prop::collection::vec((0u32..BINS as u32, prop_oneof![4 => Just(1u64), 1 => 1u64..100_000]), 0..400)) {
             let mut d = DenseBins::default();
             let mut want = Accumulator::new();
@@ -1467,6 +1605,30 @@ mod tests {
             }
             prop_assert_eq!(d.bins(), want.nonzero_bins());
             prop_assert_eq!(d.count(), want.count());
+        }
+
+        #[test]
+        fn merging_in_place_equals_merging_into_a_new_buffer(
+            a in prop::collection::btree_map(0u32..BINS as u32, 1u64..5_000, 0..300),
+            b in prop::collection::btree_map(0u32..BINS as u32, 1u64..5_000, 0..300),
+            big in prop_oneof![4 => Just(0u64), 1 => 1u64..3_000_000],
+        ) {
+            let mut a: Vec<(u32, u64)> = a.into_iter().collect();
+            let b: Vec<(u32, u64)> = b.into_iter().collect();
+            // Now and then a count near or past an entry's limit: the general path.
+            if let Some(first) = a.first_mut() {
+                first.1 += big;
+            }
+            let (sa, sb) = (Sketch::from_bins(&a), Sketch::from_bins(&b));
+            let mut merged = sa.clone();
+            merged.merge(&sb);
+            let mut general = sa.clone();
+            general.merge_general(&sb);
+            prop_assert_eq!(&merged, &general);
+            let mut acc = Accumulator::new();
+            acc.add(&sa);
+            acc.add(&sb);
+            prop_assert_eq!(merged, acc.to_sketch());
         }
 
         #[test]
