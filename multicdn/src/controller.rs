@@ -8,10 +8,12 @@
 //!    [`HealthLedger`].
 //! 2. **Beacons in.** Beacons arrive at any time ([`Controller::ingest_bytes`],
 //!    [`Controller::record`], [`Controller::consume`] for a stream); the round expires old
-//!    buckets and takes a snapshot of the scoreboard.
-//! 3. **Decide.** Snapshot -> cohort inputs -> [`decide`](multicdn_steering::engine::decide),
-//!    with the ledger's health and the scoreboard's own newest sample as the deadman's
-//!    `data_as_of`.
+//!    buckets and copies the scoreboard (holding it no longer than that, so beacons keep
+//!    arriving while the round reads).
+//! 3. **Decide.** Snapshots of every window -> cohort inputs ->
+//!    [`decide`](multicdn_steering::engine::decide), with the ledger's health and the
+//!    scoreboard's own newest sample as the deadman's `data_as_of`; on tokio's blocking
+//!    threads (`spawn_blocking`), never on the thread serving connections.
 //! 4. **Apply** the same plan on every actuator, each attempt's error classified, retryable
 //!    errors retried with backoff; an actuator that still fails keeps its old plan, the round
 //!    is recorded as partial, and the next round applies the plan to it again. In dry-run mode
@@ -948,29 +950,6 @@ impl Controller {
         self.sync_monitor(&mut st.ledger, now);
         let health: BTreeMap<ProviderId, ProviderHealth> = st.ledger.health();
 
-        // Every window of the policy's ladder in one pass: a network too thin in `window` is
-        // judged on its own longer history, never on a coarser cut.
-        let ladder = {
-            let mut board = self
-                .inner
-                .board
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            board.expire(now);
-            board.snapshots(now, &self.inner.policy.steering.rum.read_windows())
-        };
-        let fed = *self
-            .inner
-            .fed_as_of
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        // The newest sample the longest window holds: after a pipeline outage longer than
-        // `window` the deadman still knows when evidence stopped.
-        let newest = ladder.last().and_then(Snapshot::newest_sample);
-        let data_as_of = match fed {
-            None => newest,
-            Some(cap) => newest.zip(cap).map(|(n, c)| n.min(c)),
-        };
         let effective;
         let policy: &Policy = if st.overrides.is_empty() {
             &self.inner.policy
@@ -987,35 +966,78 @@ impl Controller {
                 .unwrap_or_else(PoisonError::into_inner)
                 .snapshot(now, window)
         });
-        let cohorts = cohort_inputs_over(
-            policy,
-            &ladder,
-            Metric::Ttfb,
-            self.inner.scorer.as_ref(),
-            &st.plan,
-        );
-        // The round's record (dashboard, API) shows the decision window.
-        let window = policy.steering.rum.window.get();
-        let snapshot = match ladder.into_iter().find(|s| s.window >= window) {
-            Some(first) => first,
-            None => self
+        // The scoreboard is held only to age it and copy it: the receivers record beacons
+        // meanwhile. Reading it (every window of the ladder) and deciding run off the async
+        // threads, so a round never stalls the connections a runtime thread serves.
+        let board = {
+            let mut board = self
                 .inner
                 .board
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .snapshot(now, policy.steering.rum.window.get()),
+                .unwrap_or_else(PoisonError::into_inner);
+            board.expire(now);
+            board.clone()
         };
-        let decision = engine::decide(
-            now,
-            &Inputs {
-                policy,
-                current: &st.plan,
-                cohorts: &cohorts,
-                health: &health,
-                data_as_of,
-                state: &st.engine,
+        let fed = *self
+            .inner
+            .fed_as_of
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let job = {
+            let inner = Arc::clone(&self.inner);
+            let policy = policy.clone();
+            let plan = st.plan.clone();
+            let engine_state = st.engine.clone();
+            move || {
+                // Every window of the policy's ladder in one pass: a network too thin in
+                // `window` is judged on its own longer history, never on a coarser cut.
+                let ladder = board.snapshots(now, &policy.steering.rum.read_windows());
+                // The newest sample the longest window holds: after a pipeline outage longer
+                // than `window` the deadman still knows when evidence stopped.
+                let newest = ladder.last().and_then(Snapshot::newest_sample);
+                let data_as_of = match fed {
+                    None => newest,
+                    Some(cap) => newest.zip(cap).map(|(n, c)| n.min(c)),
+                };
+                let cohorts = cohort_inputs_over(
+                    &policy,
+                    &ladder,
+                    Metric::Ttfb,
+                    inner.scorer.as_ref(),
+                    &plan,
+                );
+                let decision = engine::decide(
+                    now,
+                    &Inputs {
+                        policy: &policy,
+                        current: &plan,
+                        cohorts: &cohorts,
+                        health: &health,
+                        data_as_of,
+                        state: &engine_state,
+                    },
+                );
+                // The round's record (dashboard, API) shows the decision window.
+                let window = policy.steering.rum.window.get();
+                let snapshot = match ladder.into_iter().find(|s| s.window >= window) {
+                    Some(first) => first,
+                    None => board.snapshot(now, window),
+                };
+                (decision, snapshot)
+            }
+        };
+        let (decision, snapshot) = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => match runtime.spawn_blocking(job).await {
+                Ok(decided) => decided,
+                Err(e) => match e.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    // Only a runtime shutting down cancels a blocking task, and it drops
+                    // this round with it.
+                    Err(_) => std::future::pending().await,
+                },
             },
-        );
+            Err(_) => job(),
+        };
         let plan_changed = decision.plan != st.plan;
         let dry_run = self.is_dry_run();
         Decided {
