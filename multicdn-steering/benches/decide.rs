@@ -12,6 +12,8 @@
 //!   more than is left, so the cap binds (the setup asserts it: moves made and moves held).
 //!
 //! The timing includes freeing each round's decision, as a loop replacing its last plan would.
+//! `decide` uses every core the process may run on (its per-cohort phases in chunks above
+//! 32,768 cohorts): run it under `taskset -c 0` for the one-core figure.
 //!
 //! `cargo bench -p multicdn-steering --bench decide -- --warm-up-time 1 --measurement-time 3`
 

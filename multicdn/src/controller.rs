@@ -8,12 +8,12 @@
 //!    [`HealthLedger`].
 //! 2. **Beacons in.** Beacons arrive at any time ([`Controller::ingest_bytes`],
 //!    [`Controller::record`], [`Controller::consume`] for a stream); the round expires old
-//!    buckets and copies the scoreboard (holding it no longer than that, so beacons keep
-//!    arriving while the round reads).
+//!    buckets and copies the scoreboard (holding it no longer than that, so beacons are
+//!    recorded again while the round reads the copy).
 //! 3. **Decide.** Snapshots of every window -> cohort inputs ->
 //!    [`decide`](multicdn_steering::engine::decide), with the ledger's health and the
-//!    scoreboard's own newest sample as the deadman's `data_as_of`; on tokio's blocking
-//!    threads (`spawn_blocking`), never on the thread serving connections.
+//!    scoreboard's own newest sample as the deadman's `data_as_of`; inside a tokio runtime on
+//!    its blocking threads (`spawn_blocking`), not on a thread serving connections.
 //! 4. **Apply** the same plan on every actuator, each attempt's error classified, retryable
 //!    errors retried with backoff; an actuator that still fails keeps its old plan, the round
 //!    is recorded as partial, and the next round applies the plan to it again. In dry-run mode
@@ -967,8 +967,8 @@ impl Controller {
                 .snapshot(now, window)
         });
         // The scoreboard is held only to age it and copy it: the receivers record beacons
-        // meanwhile. Reading it (every window of the ladder) and deciding run off the async
-        // threads, so a round never stalls the connections a runtime thread serves.
+        // meanwhile. Reading it (every window of the ladder) and deciding run on a blocking
+        // thread, so the connections a runtime thread serves wait for the copy, not the round.
         let board = {
             let mut board = self
                 .inner

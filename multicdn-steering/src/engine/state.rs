@@ -223,11 +223,11 @@ impl PartialEq for CohortMemories {
     }
 }
 
-/// Reads entries in the order they were written, through the index when a cohort is out of
-/// that order.
 /// Entries a [`Lookup`] reads ahead before it asks the index.
 const LOOK_AHEAD: usize = 4;
 
+/// Reads entries in the order they were written, through the index when a cohort is out of
+/// that order.
 pub(crate) struct Lookup<'a> {
     memories: &'a CohortMemories,
     next: usize,
