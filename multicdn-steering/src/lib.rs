@@ -106,6 +106,7 @@ pub mod journal;
 pub mod resolve;
 pub mod scoreboard;
 pub mod scorer;
+pub mod shared;
 pub mod sim;
 pub mod sketch;
 pub mod video;

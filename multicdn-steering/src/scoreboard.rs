@@ -303,7 +303,7 @@ pub struct Quality {
 }
 
 impl Quality {
-    fn add(&mut self, o: &Quality) {
+    pub(crate) fn add(&mut self, o: &Quality) {
         self.stored += o.stored;
         self.failures += o.failures;
         self.clamped += o.clamped;
@@ -1088,6 +1088,106 @@ impl Scoreboard {
         Ok(())
     }
 
+    /// The shard, of `shards`, that holds a network's cells when a scoreboard is split
+    /// ([`Scoreboard::split`], [`crate::shared::SharedScoreboard`]): every cell of one network,
+    /// under every metric and provider (pairs included), lands in the same shard.
+    pub fn shard_of(network: ClientNetwork, shards: usize) -> usize {
+        let key = BaseKey {
+            metric: Metric::Ttfb,
+            provider: 0,
+            asn: network.asn,
+            country: network.country,
+        };
+        shard_of_packed(key.pack(), shards)
+    }
+
+    /// Splits the scoreboard into `shards` (at least one), the cells of each network going to
+    /// its [`Scoreboard::shard_of`]; the counters ([`Quality`]) go to the first. Joining the
+    /// parts again with [`Scoreboard::absorb`] gives back this scoreboard.
+    pub fn split(mut self, shards: usize) -> Vec<Scoreboard> {
+        let shards = shards.max(1);
+        let mut parts: Vec<Scoreboard> = (0..shards).map(|_| self.empty_like()).collect();
+        for (packed, cell) in std::mem::take(&mut self.cells) {
+            if let Some(part) = parts.get_mut(shard_of_packed(packed, shards)) {
+                part.cells.insert(packed, cell);
+            }
+        }
+        if let Some(first) = parts.first_mut() {
+            first.quality = self.quality;
+        }
+        parts
+    }
+
+    /// [`Scoreboard::split`] into the shards that receive anything (the counters go to the
+    /// first of them), each with its index: a small batch makes few parts.
+    pub(crate) fn split_sparse(mut self, shards: usize) -> Vec<(usize, Scoreboard)> {
+        let shards = shards.max(1);
+        let mut parts: Vec<(usize, Scoreboard)> = Vec::new();
+        for (packed, cell) in std::mem::take(&mut self.cells) {
+            let i = shard_of_packed(packed, shards);
+            let at = match parts.iter().position(|(j, _)| *j == i) {
+                Some(at) => at,
+                None => {
+                    parts.push((i, self.empty_like()));
+                    parts.len() - 1
+                }
+            };
+            if let Some((_, part)) = parts.get_mut(at) {
+                part.cells.insert(packed, cell);
+            }
+        }
+        if parts.is_empty() && self.quality != Quality::default() {
+            parts.push((0, self.empty_like()));
+        }
+        if let Some((_, first)) = parts.first_mut() {
+            first.quality = self.quality;
+        }
+        parts
+    }
+
+    /// A scoreboard with this one's configuration and providers, and nothing in it.
+    fn empty_like(&self) -> Scoreboard {
+        Scoreboard {
+            config: self.config.clone(),
+            providers: self.providers.clone(),
+            cells: CellMap::default(),
+            quality: Quality::default(),
+            bucket_ms: self.bucket_ms,
+            keep: self.keep,
+        }
+    }
+
+    /// [`Scoreboard::merge`] of a scoreboard given up: when the two name the same providers
+    /// with the same bucket length (the shards of one [`Scoreboard::split`], a batch ingested
+    /// beside the board), its cells move here rather than being copied, and a cell both hold
+    /// is merged; otherwise it is [`Scoreboard::merge`].
+    pub fn absorb(&mut self, other: Scoreboard) -> Result<(), SteeringError> {
+        if self.providers != other.providers || self.bucket_ms != other.bucket_ms {
+            return self.merge(&other);
+        }
+        self.absorb_cells(other);
+        Ok(())
+    }
+
+    /// [`Scoreboard::absorb`] of a scoreboard known to name the same providers with the same
+    /// bucket length.
+    pub(crate) fn absorb_cells(&mut self, other: Scoreboard) {
+        self.quality.add(&other.quality);
+        if self.cells.is_empty() {
+            self.cells = other.cells;
+            return;
+        }
+        self.cells.reserve(other.cells.len());
+        for (packed, cell) in other.cells {
+            match self.cells.entry(packed) {
+                Entry::Occupied(o) => o.into_mut().merge(&cell),
+                Entry::Vacant(v) => {
+                    v.insert(cell);
+                }
+            }
+        }
+    }
+
     /// One [`Snapshot`] per window, in the order given (the policy's
     /// [`RumPolicy::read_windows`], shortest first, for
     /// [`cohort_inputs_over`](crate::engine::cohorts::cohort_inputs_over)).
@@ -1141,6 +1241,12 @@ impl Scoreboard {
             .pop()
             .unwrap_or_else(|| Parts::default().into_snapshot(self, now, window))
     }
+}
+
+/// The shard of `shards` a packed key's network (the bits above metric and provider) is in.
+fn shard_of_packed(packed: u64, shards: usize) -> usize {
+    let shards = shards.max(1) as u64;
+    (KeyHasher::default().hashed(packed >> 18) % shards) as usize
 }
 
 /// A snapshot under construction: the cuts, the base cells and each ASN's countries.

@@ -7,13 +7,16 @@
 //!    from the fan-out, the embedder's own) and fold them, with drains and holds, into the
 //!    [`HealthLedger`].
 //! 2. **Beacons in.** Beacons arrive at any time ([`Controller::ingest_bytes`],
-//!    [`Controller::record`], [`Controller::consume`] for a stream); the round expires old
-//!    buckets and copies the scoreboard (holding it no longer than that, so beacons are
-//!    recorded again while the round reads the copy).
+//!    [`Controller::record`], [`Controller::consume`] for a stream) into a
+//!    [`SharedScoreboard`]: a beacon locks only its network's shard. The round expires old
+//!    buckets and copies the scoreboard a shard at a time, so a receiver waits at most for one
+//!    shard's copy, and only when it writes to that shard at that moment.
 //! 3. **Decide.** Snapshots of every window -> cohort inputs ->
 //!    [`decide`](multicdn_steering::engine::decide), with the ledger's health and the
-//!    scoreboard's own newest sample as the deadman's `data_as_of`; inside a tokio runtime on
-//!    its blocking threads (`spawn_blocking`), not on a thread serving connections.
+//!    scoreboard's own newest sample as the deadman's `data_as_of`. The copy, the snapshots
+//!    and the decision run inside a tokio runtime on its blocking threads (`spawn_blocking`),
+//!    not on a thread serving connections; so does freeing a finished round's snapshot
+//!    ([`Controller::run`]).
 //! 4. **Apply** the same plan on every actuator, each attempt's error classified, retryable
 //!    errors retried with backoff; an actuator that still fails keeps its old plan, the round
 //!    is recorded as partial, and the next round applies the plan to it again. In dry-run mode
@@ -50,6 +53,7 @@ use multicdn_steering::journal::{Journal, JournalEntry};
 use multicdn_steering::resolve::{NetworkResolver, NoResolver};
 use multicdn_steering::scoreboard::{Metric, Recorded, Scoreboard, ScoreboardConfig, Snapshot};
 use multicdn_steering::scorer::P75Ttfb;
+use multicdn_steering::shared::SharedScoreboard;
 use multicdn_steering::video::{ContentSteeringSteerer, SharedPlan};
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
@@ -215,7 +219,7 @@ struct Inner {
     video: Vec<SharedPlan>,
     store: Arc<dyn StateStore>,
     scorer: Box<dyn Scorer>,
-    board: Mutex<Scoreboard>,
+    board: SharedScoreboard,
     /// When the scoreboard is fed whole from elsewhere (merged shards): how recent its
     /// evidence is, capping the newest sample as the deadman's `data_as_of`.
     fed_as_of: Mutex<Option<Option<Timestamp>>>,
@@ -230,6 +234,40 @@ struct Inner {
     retry: Retry,
     interval: Duration,
     apply: ApplyOptions,
+}
+
+/// Runs `job` on the runtime's blocking threads (inline when there is no tokio runtime), so
+/// the connections a runtime thread serves do not wait for it; a panic in it is resumed here.
+pub(crate) async fn off_runtime<T, F>(job: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => match runtime.spawn_blocking(job).await {
+            Ok(done) => done,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // Only a runtime shutting down cancels a blocking task, and it drops the
+                // future awaiting it with it.
+                Err(_) => std::future::pending().await,
+            },
+        },
+        Err(_) => job(),
+    }
+}
+
+/// Drops `value` on the runtime's blocking threads (inline when there is no tokio runtime):
+/// a round's report holds the snapshot of the whole scoreboard, hundreds of thousands of
+/// allocations to free, which would otherwise hold a thread serving connections for tens of
+/// milliseconds.
+pub(crate) fn drop_off_runtime<T: Send + 'static>(value: T) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(move || drop(value));
+        }
+        Err(_) => drop(value),
+    }
 }
 
 /// Runs the loop: health and beacons in, decide, apply on every actuator, journal, store.
@@ -455,7 +493,7 @@ impl ControllerBuilder {
                 video: self.video,
                 store: self.store,
                 scorer,
-                board: Mutex::new(board),
+                board: SharedScoreboard::new(board),
                 fed_as_of: Mutex::new(None),
                 resolver: Arc::clone(&self.resolver),
                 probe_order: probe_order.clone(),
@@ -602,26 +640,33 @@ impl Controller {
 
     /// Reads NDJSON beacon lines into the scoreboard.
     pub fn ingest_bytes(&self, bytes: &[u8]) {
-        let mut board = self
-            .inner
-            .board
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        // The lines go into a board of their own, then into the shared one's shards: the
+        // receivers keep writing meanwhile.
+        let mut batch = match Scoreboard::new(
+            self.inner.board.config().clone(),
+            &self.inner.board.providers(),
+        ) {
+            Ok(b) => b,
+            // The shared board's own configuration and providers: already accepted once.
+            Err(e) => {
+                tracing::error!(error = %e, "a batch board for beacon lines");
+                return;
+            }
+        };
         self.inner
             .ingestor
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .ingest_bytes(bytes, &mut board);
+            .ingest_bytes(bytes, &mut batch);
+        if let Err(e) = self.inner.board.absorb(batch) {
+            tracing::error!(error = %e, "beacon lines into the scoreboard");
+        }
     }
 
     /// Records one parsed beacon; what became of it (for a probe beacon, the first of its
     /// times not stored, else [`Recorded::Stored`]).
     pub fn record(&self, received: &Received) -> Recorded {
-        let mut board = self
-            .inner
-            .board
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let board = &self.inner.board;
         match &received.beacon {
             Beacon::Navigation(nav) => board.record_navigation(received.at, received.network, nav),
             Beacon::Probe(probe) => board
@@ -680,8 +725,7 @@ impl Controller {
     pub fn snapshot(&self, now: Timestamp) -> Snapshot {
         self.inner
             .board
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+            .copy()
             .snapshot(now, self.inner.policy.steering.rum.window.get())
     }
 
@@ -913,19 +957,17 @@ impl Controller {
         board: Scoreboard,
         as_of: Option<Timestamp>,
     ) -> Result<(), ControllerError> {
-        let mut current = self
-            .inner
-            .board
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if board.config().bucket_ms() != current.config().bucket_ms() {
+        if board.config().bucket_ms() != self.inner.board.config().bucket_ms() {
             return Err(ControllerError::Scoreboard(SteeringError::Merge(format!(
                 "the fed scoreboard's buckets are {} ms, the policy's {} ms",
                 board.config().bucket_ms(),
-                current.config().bucket_ms()
+                self.inner.board.config().bucket_ms()
             ))));
         }
-        *current = board;
+        self.inner
+            .board
+            .replace(board)
+            .map_err(ControllerError::Scoreboard)?;
         *self
             .inner
             .fed_as_of
@@ -957,27 +999,10 @@ impl Controller {
             effective = st.overrides.apply_to(&self.inner.policy);
             &effective
         };
-        // Drills: the baseline before one begins, its watch (and abort) while it runs, the
-        // figures after it.
-        engine::drill::observe(policy, &mut st.engine, now, &mut |window| {
-            self.inner
-                .board
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .snapshot(now, window)
-        });
-        // The scoreboard is held only to age it and copy it: the receivers record beacons
-        // meanwhile. Reading it (every window of the ladder) and deciding run on a blocking
-        // thread, so the connections a runtime thread serves wait for the copy, not the round.
-        let board = {
-            let mut board = self
-                .inner
-                .board
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            board.expire(now);
-            board.clone()
-        };
+        // The round copies the scoreboard a shard at a time, aging each as it goes: the
+        // receivers record beacons meanwhile, and one waits only when it writes to the shard
+        // being copied. The copy, reading it (every window of the ladder) and deciding run on
+        // a blocking thread, so the connections a runtime thread serves never wait for them.
         let fed = *self
             .inner
             .fed_as_of
@@ -989,6 +1014,13 @@ impl Controller {
             let plan = st.plan.clone();
             let engine_state = st.engine.clone();
             move || {
+                let mut engine_state = engine_state;
+                let board = inner.board.copy_expired(now);
+                // Drills: the baseline before one begins, its watch (and abort) while it runs,
+                // the figures after it (the decision carries what they note into the state).
+                engine::drill::observe(&policy, &mut engine_state, now, &mut |window| {
+                    board.snapshot(now, window)
+                });
                 // Every window of the policy's ladder in one pass: a network too thin in
                 // `window` is judged on its own longer history, never on a coarser cut.
                 let ladder = board.snapshots(now, &policy.steering.rum.read_windows());
@@ -1026,18 +1058,7 @@ impl Controller {
                 (decision, snapshot)
             }
         };
-        let (decision, snapshot) = match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => match runtime.spawn_blocking(job).await {
-                Ok(decided) => decided,
-                Err(e) => match e.try_into_panic() {
-                    Ok(panic) => std::panic::resume_unwind(panic),
-                    // Only a runtime shutting down cancels a blocking task, and it drops
-                    // this round with it.
-                    Err(_) => std::future::pending().await,
-                },
-            },
-            Err(_) => job(),
-        };
+        let (decision, snapshot) = off_runtime(job).await;
         let plan_changed = decision.plan != st.plan;
         let dry_run = self.is_dry_run();
         Decided {
@@ -1328,7 +1349,7 @@ impl Controller {
     /// or the ingest methods.
     pub async fn run(&self, clock: impl Clock, shutdown: impl Future<Output = ()>) {
         every(self.inner.interval, shutdown, || async {
-            self.round(clock.now()).await;
+            drop_off_runtime(self.round(clock.now()).await);
         })
         .await;
     }

@@ -210,7 +210,10 @@ pub(crate) async fn board(State(s): State<Service>, Query(q): Query<BoardQuery>)
         }
     };
     let now = s.inner.controller.clock().now();
-    Json(board_at(&s, metric, q.networks.unwrap_or(20).min(500), now)).into_response()
+    let busiest = q.networks.unwrap_or(20).min(500);
+    // Copying and reading the whole scoreboard: on a blocking thread, not one serving beacons.
+    let board = crate::controller::off_runtime(move || board_at(&s, metric, busiest, now)).await;
+    Json(board).into_response()
 }
 
 #[derive(Debug, Serialize)]

@@ -274,19 +274,25 @@ impl Service {
                 .metrics
                 .provider_up(p.as_str(), !ledger.get(p).is_some_and(|e| e.is_out()));
         }
-        let snapshot = &report.snapshot;
-        for (label, metric) in [
-            ("ttfb", multicdn_steering::scoreboard::Metric::Ttfb),
-            ("probe", multicdn_steering::scoreboard::Metric::Probe),
-        ] {
-            let (cells, steerable) = api::count_cells(snapshot, metric, self.providers());
-            self.inner.metrics.cells(label, cells, steerable);
-        }
-        self.inner
-            .history
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(now, snapshot, self.providers());
+        // Reading every cell of the snapshot (the counts, the history's p75s) takes tens of
+        // milliseconds on a large board: a blocking thread does it, not one serving beacons.
+        let inner = Arc::clone(&self.inner);
+        let snapshot = Arc::clone(&report.snapshot);
+        crate::controller::off_runtime(move || {
+            for (label, metric) in [
+                ("ttfb", multicdn_steering::scoreboard::Metric::Ttfb),
+                ("probe", multicdn_steering::scoreboard::Metric::Probe),
+            ] {
+                let (cells, steerable) = api::count_cells(&snapshot, metric, &inner.providers);
+                inner.metrics.cells(label, cells, steerable);
+            }
+            inner
+                .history
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(now, &snapshot, &inner.providers);
+        })
+        .await;
         self.inner.receiver.tidy();
     }
 
@@ -295,7 +301,7 @@ impl Service {
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         let clock = self.inner.controller.clock();
         crate::controller::every(self.inner.controller.interval(), shutdown, || async {
-            self.round(clock.now()).await;
+            crate::controller::drop_off_runtime(self.round(clock.now()).await);
         })
         .await;
     }
@@ -315,6 +321,7 @@ impl Service {
                 let now = clock.now();
                 async move {
                     self.observe(&report, took.as_secs_f64(), now).await;
+                    crate::controller::drop_off_runtime(report);
                 }
             })
             .await;
