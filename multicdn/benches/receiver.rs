@@ -472,7 +472,9 @@ fn main() {
     }
 
     for rate in [10_000, 25_000, 50_000] {
+        let (rounds_before, _) = rounds(&service);
         let lat = load.open(rate, 3);
+        let (rounds_after, _) = rounds(&service);
         let report = |mut v: Vec<Duration>| {
             v.sort_unstable();
             let q = |p: f64| v[((v.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e3;
@@ -484,8 +486,9 @@ fn main() {
             )
         };
         println!(
-            "latency at {rate}/s (open loop, {} beacons): from the scheduled send {}; from the actual send {}",
+            "latency at {rate}/s (open loop, {} beacons, {} controller rounds ended in the phase): from the scheduled send {}; from the actual send {}",
             lat.len(),
+            rounds_after - rounds_before,
             report(lat.iter().map(|l| l.0).collect()),
             report(lat.iter().map(|l| l.1).collect()),
         );
