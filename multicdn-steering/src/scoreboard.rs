@@ -1250,6 +1250,10 @@ fn shard_of_packed(packed: u64, shards: usize) -> usize {
 }
 
 /// A snapshot under construction: the cuts, the base cells and each ASN's countries.
+///
+/// A base cell is added to its ASN's cut and its country's (or, with no country, straight to
+/// `*`); the continents and `*` are rolled up from the countries once every cell is in, so a
+/// cell costs two merges, not one per cut it belongs to.
 #[derive(Default)]
 struct Parts {
     cuts: FxHashMap<CutKey, Agg>,
@@ -1269,23 +1273,58 @@ impl Parts {
                 None => list.push((c, agg.samples())),
             }
         }
-        let net = ClientNetwork::new(key.asn, key.country);
-        let mut cuts_of = net.cuts();
-        if net.asn.is_none() && net.country.is_none() {
-            cuts_of = vec![NetworkKey::Global];
+        let cut = |network| CutKey {
+            metric: key.metric,
+            network,
+            provider: key.provider,
+        };
+        if let Some(a) = key.asn {
+            self.cuts
+                .entry(cut(NetworkKey::Asn(a)))
+                .or_default()
+                .merge(&agg);
         }
-        for cut in cuts_of {
-            let k = CutKey {
-                metric: key.metric,
-                network: cut,
-                provider: key.provider,
-            };
-            self.cuts.entry(k).or_default().merge(&agg);
-        }
+        // The country's cut, rolled up into its continent and `*` at the end; a network with
+        // no country counts in `*` alone.
+        let direct = match key.country {
+            Some(c) => NetworkKey::Country(c),
+            None => NetworkKey::Global,
+        };
+        self.cuts.entry(cut(direct)).or_default().merge(&agg);
         self.base.push((key, agg));
     }
 
-    fn into_snapshot(self, board: &Scoreboard, now: Timestamp, window: Duration) -> Snapshot {
+    /// Adds every country's cut to its continent's and to `*` (which already holds the
+    /// networks with no country).
+    fn roll_up(&mut self) {
+        let countries: Vec<(CutKey, Country)> = self
+            .cuts
+            .keys()
+            .filter_map(|k| match k.network {
+                NetworkKey::Country(c) => Some((*k, c)),
+                _ => None,
+            })
+            .collect();
+        for (key, country) in countries {
+            let Some(agg) = self.cuts.get(&key).cloned() else {
+                continue;
+            };
+            let up = |network| CutKey { network, ..key };
+            if let Some(k) = multicdn_core::geo::continent_of(country) {
+                self.cuts
+                    .entry(up(NetworkKey::Continent(k)))
+                    .or_default()
+                    .merge(&agg);
+            }
+            self.cuts
+                .entry(up(NetworkKey::Global))
+                .or_default()
+                .merge(&agg);
+        }
+    }
+
+    fn into_snapshot(mut self, board: &Scoreboard, now: Timestamp, window: Duration) -> Snapshot {
+        self.roll_up();
         let dominant = self
             .asn_countries
             .into_iter()

@@ -1,0 +1,94 @@
+//! Every cut of a snapshot holds exactly the samples of the networks it covers: an ASN's
+//! across its countries, a country's across its ASNs (and the networks with no ASN), a
+//! continent's across its countries, `*` across everything, the networks with no country
+//! or no ASN included. Checked against sketches built straight from the samples.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use multicdn_core::{Country, NetworkKey, ProviderId, Timestamp};
+use multicdn_steering::beacon::ClientNetwork;
+use multicdn_steering::scoreboard::{Metric, Sample, Scoreboard, ScoreboardConfig};
+use multicdn_steering::sketch::Sketch;
+
+const T0: u64 = 1_700_000_000_000;
+
+#[test]
+fn every_cut_holds_the_samples_of_the_networks_it_covers() {
+    let providers = [
+        ProviderId::new("akamai").unwrap(),
+        ProviderId::new("fastly").unwrap(),
+    ];
+    let mut board = Scoreboard::new(ScoreboardConfig::default(), &providers).unwrap();
+    // Countries on three continents, one ASN in two countries, networks with no ASN, with
+    // no country, with neither.
+    let countries = ["US", "CA", "GB", "DE", "JP"];
+    let mut want: BTreeMap<(NetworkKey, usize), (Sketch, u64)> = BTreeMap::new();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for i in 0..40_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let asn = match x % 50 {
+            0..=4 => None,
+            n => Some(64_500 + (n % 23) as u32),
+        };
+        let country = match (x >> 8) % 11 {
+            0 => None,
+            n => Some(Country::new(countries[(n % 5) as usize]).unwrap()),
+        };
+        let network = ClientNetwork::new(asn, country);
+        let provider = ((x >> 16) % 2) as usize;
+        // One failure in twenty: counted as a sample, not a time.
+        let value = (!(x >> 20).is_multiple_of(20)).then_some(10.0 + ((x >> 24) % 900) as f64);
+        let at = Timestamp::from_millis(T0 + i * 60);
+        let sample = Sample {
+            at,
+            metric: Metric::Probe,
+            provider: board.provider_slot(providers[provider].as_str()).unwrap(),
+            network,
+            value,
+        };
+        board.insert(&sample);
+        let mut cuts = network.cuts();
+        if cuts.is_empty() {
+            cuts.push(NetworkKey::Global);
+        }
+        for cut in cuts {
+            let e = want.entry((cut, provider)).or_insert((Sketch::new(), 0));
+            e.1 += 1;
+            if let Some(v) = value {
+                e.0.insert(v);
+            }
+        }
+    }
+    let now = Timestamp::from_millis(T0 + 40_000 * 60);
+    let snap = board.snapshot(now, Duration::from_secs(3 * 3600));
+    let mut seen = 0;
+    for ((cut, provider), (sketch, samples)) in &want {
+        let view = snap.cell(Metric::Probe, *cut, &providers[*provider]);
+        assert_eq!(
+            view.stats.samples, *samples,
+            "{cut} {}",
+            providers[*provider]
+        );
+        assert_eq!(view.stats.p75, sketch.quantile(0.75), "{cut}");
+        assert_eq!(view.stats.p99, sketch.quantile(0.99), "{cut}");
+        seen += 1;
+    }
+    // ASNs, countries, continents and `*`, for both providers.
+    assert_eq!(seen, 2 * (23 + 5 + 3 + 1));
+    assert!(
+        want.keys()
+            .any(|(k, _)| matches!(k, NetworkKey::Continent(_)))
+    );
+    // And nothing else: every cut the snapshot lists is one the samples made.
+    for network in snap.networks(Metric::Probe) {
+        assert!(
+            want.contains_key(&(network, 0)) || want.contains_key(&(network, 1)),
+            "{network}"
+        );
+    }
+}
