@@ -1542,6 +1542,25 @@ impl Snapshot {
         self.view_of(network, agg, metric)
     }
 
+    /// The samples a cell needs to be steerable.
+    pub fn min_samples(&self) -> u64 {
+        self.min_samples
+    }
+
+    /// How many samples one provider's cell holds: [`Snapshot::cell`]'s count, without
+    /// reading its quantiles.
+    pub fn cell_samples(&self, metric: Metric, network: NetworkKey, provider: &ProviderId) -> u64 {
+        self.slot(provider)
+            .and_then(|provider| {
+                self.cuts.get(&CutKey {
+                    metric,
+                    network,
+                    provider,
+                })
+            })
+            .map_or(0, Agg::samples)
+    }
+
     /// One cell merged from several cuts (a region's countries), read as one.
     pub fn merged(
         &self,

@@ -178,6 +178,12 @@ pub fn cohort_inputs_over(
     asns.sort_unstable();
     asns.dedup();
     let longest = ladder.last().unwrap_or(snapshot);
+    let least = ladder
+        .iter()
+        .map(Snapshot::min_samples)
+        .min()
+        .unwrap_or(0)
+        .min(min_pairs);
     for asn in asns {
         let own_cut = NetworkKey::Asn(asn);
         // The unbiased signals, paired probes first, then navigations served from cache; raw
@@ -191,6 +197,17 @@ pub fn cohort_inputs_over(
         } else {
             unbiased
         };
+        // A network is judged on a signal only when every provider's cell holds at least
+        // the snapshot's `min_samples` (or, paired, `min_pairs`) in some window; the longest
+        // window holds the most, so one that falls short there is not judged on its own, and
+        // the pairings and quantiles below need not be read.
+        if !signals.iter().any(|&signal| {
+            providers
+                .iter()
+                .all(|p| longest.cell_samples(signal, own_cut, p) >= least)
+        }) {
+            continue;
+        }
         let Some((snapshot, signal, pairings, paired)) = ladder.iter().find_map(|snapshot| {
             signals.iter().find_map(|&signal| {
                 // Own evidence or none: a thin ASN holds (or rejoins its region), never
