@@ -1058,12 +1058,18 @@ impl RiceState {
         RiceState { sum: 2, n: 1 }
     }
 
+    /// The least `k` (at most 48) with `n << k >= sum`: from the two bit lengths, one
+    /// comparison to settle the last bit (`n` stays below 16, `sum` grows by at most a
+    /// symbol a step).
+    #[inline]
     fn k(self) -> u32 {
-        let mut k = 0;
-        while k < 48 && (self.n << k) < self.sum {
-            k += 1;
+        if self.n >= self.sum {
+            return 0;
         }
-        k
+        // `n << k` has the bit length of `sum` here (n >= 1, k >= 0); one more when still short.
+        let k = self.n.leading_zeros() - self.sum.leading_zeros();
+        let k = k + u32::from(self.n.checked_shl(k).unwrap_or(u64::MAX) < self.sum);
+        k.min(48)
     }
 
     fn update(&mut self, z: u64) {
@@ -1445,6 +1451,29 @@ mod tests {
             packed.heap_bytes(),
             bins.len()
         );
+    }
+
+    #[test]
+    fn the_rice_parameter_is_the_least_shift_reaching_the_mean() {
+        let slow = |s: RiceState| {
+            let mut k = 0;
+            while k < 48 && (s.n << k) < s.sum {
+                k += 1;
+            }
+            k
+        };
+        let mut sums: Vec<u64> = (0..=4096).collect();
+        for shift in 0..64 {
+            let p = 1u64 << shift;
+            sums.extend([p - 1, p, p + 1, p.wrapping_mul(3), p.saturating_mul(15)]);
+        }
+        sums.push(u64::MAX);
+        for n in 1..16 {
+            for &sum in &sums {
+                let s = RiceState { sum, n };
+                assert_eq!(s.k(), slow(s), "sum {sum} n {n}");
+            }
+        }
     }
 
     #[test]
