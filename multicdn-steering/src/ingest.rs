@@ -1147,6 +1147,42 @@ mod fast {
         Some((if neg { -v } else { v }, j))
     }
 
+    /// The key from just after its opening quote: its bit (0 for a key not read) and where
+    /// it ends. A known key written plainly is matched where it stands (its letters and the
+    /// closing quote), without a scan for the string's end; anything else is scanned as a
+    /// string and then matched.
+    #[inline]
+    fn key(b: &[u8], i: usize) -> Option<(u8, usize)> {
+        let rest = b.get(i..)?;
+        let plain = match rest.first()? {
+            b'a' if rest.starts_with(b"at\"") => Some((AT, 3)),
+            b'a' if rest.starts_with(b"asn\"") => Some((ASN, 4)),
+            b'i' if rest.starts_with(b"ip\"") => Some((IP, 3)),
+            b'c' if rest.starts_with(b"country\"") => Some((COUNTRY, 8)),
+            b'c' if rest.starts_with(b"cache\"") => Some((CACHE, 6)),
+            b't' if rest.starts_with(b"ttfb\"") => Some((TTFB, 5)),
+            b't' if rest.starts_with(b"times\"") => Some((TIMES, 6)),
+            b'p' if rest.starts_with(b"provider\"") => Some((PROVIDER, 9)),
+            _ => None,
+        };
+        if let Some((bit, len)) = plain {
+            return Some((bit, i + len));
+        }
+        let (key, next) = string(b, i)?;
+        let bit = match key {
+            b"at" => AT,
+            b"ip" => IP,
+            b"asn" => ASN,
+            b"country" => COUNTRY,
+            b"ttfb" => TTFB,
+            b"provider" => PROVIDER,
+            b"times" => TIMES,
+            b"cache" => CACHE,
+            _ => 0,
+        };
+        Some((bit, next))
+    }
+
     pub(super) fn parse(line: &[u8]) -> Option<RawLine<'_>> {
         // Valid UTF-8, checked once: string values are then slices of it between ASCII quotes.
         let s = std::str::from_utf8(line).ok()?;
@@ -1165,23 +1201,12 @@ mod fast {
             if b.get(i) != Some(&b'"') {
                 return None;
             }
-            let (key, next) = string(b, i + 1)?;
+            let (bit, next) = key(b, i + 1)?;
             i = ws(b, next);
             if b.get(i) != Some(&b':') {
                 return None;
             }
             i = ws(b, i + 1);
-            let bit = match key {
-                b"at" => AT,
-                b"ip" => IP,
-                b"asn" => ASN,
-                b"country" => COUNTRY,
-                b"ttfb" => TTFB,
-                b"provider" => PROVIDER,
-                b"times" => TIMES,
-                b"cache" => CACHE,
-                _ => 0,
-            };
             let first = *b.get(i)?;
             if first == b'n' {
                 // `null`: a known field stays unset (still counted once).
@@ -1841,6 +1866,15 @@ mod tests {
             Just("path"),
             Just("pop"),
             Just("x"),
+            // Near misses of the known keys, and a known key written with an escape.
+            Just("a"),
+            Just("att"),
+            Just("asn2"),
+            Just("cach"),
+            Just("provide"),
+            Just("timesx"),
+            Just("\\u0061t"),
+            Just("ip\\\"x"),
         ];
         let value = prop_oneof![
             Just("1764504000000"),
