@@ -95,6 +95,20 @@ impl Country {
         Ok(Country(upper))
     }
 
+    /// The code's two bytes, uppercase ASCII letters (those of [`Country::as_str`]).
+    ///
+    /// ```
+    /// use multicdn_core::Country;
+    /// let c = Country::new("gb")?;
+    /// assert_eq!(c.as_bytes(), *b"GB");
+    /// assert_eq!(&c.as_bytes(), c.as_str().as_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn as_bytes(&self) -> [u8; 2] {
+        self.0
+    }
+
     /// The code, uppercase.
     pub fn as_str(&self) -> &str {
         // Both bytes are ASCII letters by construction.

@@ -759,7 +759,7 @@ fn split_lines(
             skipping = false;
             start = end + 1;
         }
-        let complete = match buf[start..filled].iter().rposition(|b| *b == b'\n') {
+        let complete = match memchr::memrchr(b'\n', &buf[start..filled]) {
             Some(last) => start + last + 1,
             None => start,
         };
@@ -791,31 +791,13 @@ struct Block {
 
 /// How many `\n` in `b`.
 fn bytecount(b: &[u8]) -> u64 {
-    b.iter().filter(|c| **c == b'\n').count() as u64
+    memchr::memchr_iter(b'\n', b).count() as u64
 }
 
-/// The first `\n`, eight bytes at a time.
+/// The first `\n` (`memchr`: many bytes a step).
 #[inline]
 fn find_newline(b: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let mut i = 0;
-    let mut chunks = b.chunks_exact(8);
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let x = u64::from_le_bytes(word) ^ (ONES * u64::from(b'\n'));
-        let found = x.wrapping_sub(ONES) & !x & HIGHS;
-        if found != 0 {
-            return Some(i + (found.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|c| *c == b'\n')
-        .map(|p| i + p)
+    memchr::memchr(b'\n', b)
 }
 
 #[derive(Debug, PartialEq, Deserialize, Default)]
@@ -896,6 +878,10 @@ mod fast {
 
     #[inline]
     fn ws(b: &[u8], mut i: usize) -> usize {
+        // Most lines are written without any: one comparison for the common case.
+        if b.get(i).is_some_and(|c| *c > b' ') {
+            return i;
+        }
         while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\r' | b'\n') {
             i += 1;
         }
@@ -937,11 +923,12 @@ mod fast {
         (b[end] == b'"').then(|| (&b[i..end], end + 1))
     }
 
-    /// A string value kept as text (the line is valid UTF-8 and both ends are ASCII quotes).
+    /// A string value kept as text: a slice of the line, checked as UTF-8 once in full (both
+    /// ends are ASCII quotes, so the slice is whole characters).
     #[inline]
-    fn text(b: &[u8], i: usize) -> Option<(&str, usize)> {
-        let (v, next) = string(b, i)?;
-        Some((std::str::from_utf8(v).ok()?, next))
+    fn text(s: &str, i: usize) -> Option<(&str, usize)> {
+        let (v, next) = string(s.as_bytes(), i)?;
+        Some((s.get(i..i + v.len())?, next))
     }
 
     /// Skips a string whose value is not kept, from just after its opening quote, escapes
@@ -998,7 +985,8 @@ mod fast {
     }
 
     /// A probe beacon's `times` object, `{"provider": ms or null, ...}`, from its `{`.
-    fn times(b: &[u8], mut i: usize) -> Option<(Pairs<'_>, usize)> {
+    fn times(s: &str, mut i: usize) -> Option<(Pairs<'_>, usize)> {
+        let b = s.as_bytes();
         let mut out = Vec::with_capacity(4);
         i = ws(b, i + 1);
         if b.get(i) == Some(&b'}') {
@@ -1008,7 +996,7 @@ mod fast {
             if b.get(i) != Some(&b'"') {
                 return None;
             }
-            let (key, next) = text(b, i + 1)?;
+            let (key, next) = text(s, i + 1)?;
             i = ws(b, next);
             if b.get(i) != Some(&b':') {
                 return None;
@@ -1090,6 +1078,16 @@ mod fast {
     fn uint(b: &[u8], mut i: usize) -> Option<(u64, usize)> {
         let start = i;
         let mut v: u64 = 0;
+        // Up to 19 digits cannot overflow a u64; the checked loop takes any further ones.
+        let digits = b
+            .get(i..)?
+            .iter()
+            .take(19)
+            .take_while(|d| d.is_ascii_digit());
+        for d in digits {
+            v = v * 10 + u64::from(d - b'0');
+            i += 1;
+        }
         while let Some(d) = b.get(i).filter(|d| d.is_ascii_digit()) {
             v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
             i += 1;
@@ -1149,12 +1147,45 @@ mod fast {
         Some((if neg { -v } else { v }, j))
     }
 
-    pub(super) fn parse(line: &[u8]) -> Option<RawLine<'_>> {
-        // Valid UTF-8 (checked in full only when not plain ASCII): string values are then
-        // whole UTF-8 slices between ASCII quotes.
-        if !line.is_ascii() {
-            std::str::from_utf8(line).ok()?;
+    /// The key from just after its opening quote: its bit (0 for a key not read) and where
+    /// it ends. A known key written plainly is matched where it stands (its letters and the
+    /// closing quote), without a scan for the string's end; anything else is scanned as a
+    /// string and then matched.
+    #[inline]
+    fn key(b: &[u8], i: usize) -> Option<(u8, usize)> {
+        let rest = b.get(i..)?;
+        let plain = match rest.first()? {
+            b'a' if rest.starts_with(b"at\"") => Some((AT, 3)),
+            b'a' if rest.starts_with(b"asn\"") => Some((ASN, 4)),
+            b'i' if rest.starts_with(b"ip\"") => Some((IP, 3)),
+            b'c' if rest.starts_with(b"country\"") => Some((COUNTRY, 8)),
+            b'c' if rest.starts_with(b"cache\"") => Some((CACHE, 6)),
+            b't' if rest.starts_with(b"ttfb\"") => Some((TTFB, 5)),
+            b't' if rest.starts_with(b"times\"") => Some((TIMES, 6)),
+            b'p' if rest.starts_with(b"provider\"") => Some((PROVIDER, 9)),
+            _ => None,
+        };
+        if let Some((bit, len)) = plain {
+            return Some((bit, i + len));
         }
+        let (key, next) = string(b, i)?;
+        let bit = match key {
+            b"at" => AT,
+            b"ip" => IP,
+            b"asn" => ASN,
+            b"country" => COUNTRY,
+            b"ttfb" => TTFB,
+            b"provider" => PROVIDER,
+            b"times" => TIMES,
+            b"cache" => CACHE,
+            _ => 0,
+        };
+        Some((bit, next))
+    }
+
+    pub(super) fn parse(line: &[u8]) -> Option<RawLine<'_>> {
+        // Valid UTF-8, checked once: string values are then slices of it between ASCII quotes.
+        let s = std::str::from_utf8(line).ok()?;
         let b = line;
         let mut out = RawLine::default();
         let mut seen = 0u8;
@@ -1170,23 +1201,12 @@ mod fast {
             if b.get(i) != Some(&b'"') {
                 return None;
             }
-            let (key, next) = string(b, i + 1)?;
+            let (bit, next) = key(b, i + 1)?;
             i = ws(b, next);
             if b.get(i) != Some(&b':') {
                 return None;
             }
             i = ws(b, i + 1);
-            let bit = match key {
-                b"at" => AT,
-                b"ip" => IP,
-                b"asn" => ASN,
-                b"country" => COUNTRY,
-                b"ttfb" => TTFB,
-                b"provider" => PROVIDER,
-                b"times" => TIMES,
-                b"cache" => CACHE,
-                _ => 0,
-            };
             let first = *b.get(i)?;
             if first == b'n' {
                 // `null`: a known field stays unset (still counted once).
@@ -1226,7 +1246,7 @@ mod fast {
                         if first != b'{' {
                             return None;
                         }
-                        let (pairs, next) = times(b, i)?;
+                        let (pairs, next) = times(s, i)?;
                         out.times = Some(super::RawTimes::ByProvider(pairs));
                         i = next;
                     }
@@ -1234,7 +1254,7 @@ mod fast {
                         if first != b'"' {
                             return None;
                         }
-                        let (v, next) = text(b, i + 1)?;
+                        let (v, next) = text(s, i + 1)?;
                         let v = Some(Cow::Borrowed(v));
                         match bit {
                             IP => out.ip = v,
@@ -1846,6 +1866,15 @@ mod tests {
             Just("path"),
             Just("pop"),
             Just("x"),
+            // Near misses of the known keys, and a known key written with an escape.
+            Just("a"),
+            Just("att"),
+            Just("asn2"),
+            Just("cach"),
+            Just("provide"),
+            Just("timesx"),
+            Just("\\u0061t"),
+            Just("ip\\\"x"),
         ];
         let value = prop_oneof![
             Just("1764504000000"),

@@ -115,6 +115,12 @@ impl PrefixTableBuilder {
         network: ClientNetwork,
     ) -> Result<&mut Self, SteeringError> {
         let (addr, len) = parse_prefix(prefix)?;
+        self.insert_parsed(addr, len, network);
+        Ok(self)
+    }
+
+    /// Adds a parsed prefix (`len` at most the address's bits).
+    fn insert_parsed(&mut self, addr: IpAddr, len: u8, network: ClientNetwork) {
         let idx = self.values.len() as u32;
         self.values.push(network);
         match addr {
@@ -127,13 +133,12 @@ impl PrefixTableBuilder {
                 self.v6.push((s, e, idx));
             }
         }
-        Ok(self)
     }
 
     /// The table.
     pub fn build(self) -> PrefixTable {
         let values = &self.values;
-        let v4: Vec<(u32, u32, ClientNetwork)> = flatten(self.v4)
+        let v4: Vec<(u32, u32, ClientNetwork)> = flatten_sorted(sort_v4(self.v4))
             .into_iter()
             .map(|(s, e, v)| {
                 let net = values.get(v as usize).copied().unwrap_or_default();
@@ -163,34 +168,16 @@ impl PrefixTable {
     /// `#` starts a comment, blank lines are skipped. The ASN may be written with or without `AS`.
     pub fn from_lines(text: &str) -> Result<PrefixTable, SteeringError> {
         let mut b = PrefixTable::builder();
-        for line in text.lines() {
-            let line = match line.as_bytes().iter().position(|b| *b == b'#') {
-                Some(hash) => line.get(..hash).unwrap_or_default(),
-                None => line,
-            }
-            .trim();
-            if line.is_empty() {
+        for line in lines(text) {
+            // The common shape (`203.0.113.0/24 AS64500 DE`) read in one pass; anything else,
+            // or anything it would refuse, the general reading below.
+            if let Some((addr, len, network)) = table_line_fast(line) {
+                b.insert_parsed(addr, len, network);
                 continue;
             }
-            let mut parts = line.split_ascii_whitespace();
-            let prefix = parts.next().unwrap_or_default();
-            let asn = match parts.next() {
-                None | Some("-") => None,
-                Some(a) => Some(strip_all(strip_all(a, "AS"), "as").parse::<u32>().map_err(
-                    |_| SteeringError::BadPrefix {
-                        value: line.to_owned(),
-                        why: "the ASN is not a number (write AS64500 or 64500, or -)",
-                    },
-                )?),
-            };
-            let country = match parts.next() {
-                None | Some("-") => None,
-                Some(c) => Some(Country::new(c).map_err(|_| SteeringError::BadPrefix {
-                    value: line.to_owned(),
-                    why: "the country is not two letters (write DE, or -)",
-                })?),
-            };
-            b.insert(prefix, ClientNetwork::new(asn, country))?;
+            if let Some((addr, len, network)) = table_line(line)? {
+                b.insert_parsed(addr, len, network);
+            }
         }
         Ok(b.build())
     }
@@ -402,11 +389,155 @@ fn range(addr: u128, len: u8, bits: u8) -> (u128, u128) {
     (start, start | span)
 }
 
+/// A prefix table line as [`PrefixTable::from_lines`] reads it in general: `None` for a blank
+/// or comment line.
+fn table_line(line: &str) -> Result<Option<(IpAddr, u8, ClientNetwork)>, SteeringError> {
+    let line = match line.as_bytes().iter().position(|b| *b == b'#') {
+        Some(hash) => line.get(..hash).unwrap_or_default(),
+        None => line,
+    }
+    .trim();
+    if line.is_empty() {
+        return Ok(None);
+    }
+    let mut parts = line.split_ascii_whitespace();
+    let prefix = parts.next().unwrap_or_default();
+    let asn = match parts.next() {
+        None | Some("-") => None,
+        Some(a) => Some(
+            strip_all(strip_all(a, "AS"), "as")
+                .parse::<u32>()
+                .map_err(|_| SteeringError::BadPrefix {
+                    value: line.to_owned(),
+                    why: "the ASN is not a number (write AS64500 or 64500, or -)",
+                })?,
+        ),
+    };
+    let country = match parts.next() {
+        None | Some("-") => None,
+        Some(c) => Some(Country::new(c).map_err(|_| SteeringError::BadPrefix {
+            value: line.to_owned(),
+            why: "the country is not two letters (write DE, or -)",
+        })?),
+    };
+    let (addr, len) = parse_prefix(prefix)?;
+    Ok(Some((addr, len, ClientNetwork::new(asn, country))))
+}
+
+/// The lines of `text` as `str::lines` cuts them (at `\n`, a `\r` before it dropped), the
+/// line ends found with `memchr`.
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        match memchr::memchr(b'\n', rest.as_bytes()) {
+            Some(end) => {
+                let line = rest.get(..end).unwrap_or_default();
+                rest = rest.get(end + 1..).unwrap_or_default();
+                Some(line.strip_suffix('\r').unwrap_or(line))
+            }
+            None => Some(std::mem::take(&mut rest)),
+        }
+    })
+}
+
+/// A prefix table line of the common shape, `203.0.113.0/24 AS64500 DE` or
+/// `2001:db8::/32 AS64500 DE` (one space or tab or more between the fields, the ASN with
+/// `AS` or without, `-` for an unknown ASN or country, nothing else on the line), as
+/// [`PrefixTable::from_lines`] reads it; `None` for any other line (the general reading's
+/// call, errors included).
+fn table_line_fast(line: &str) -> Option<(IpAddr, u8, ClientNetwork)> {
+    let b = line.as_bytes();
+    let slash = b.iter().take(40).position(|c| *c == b'/')?;
+    let text = b.get(..slash)?;
+    let (addr, max, width) = match parse_v4(text) {
+        Some(a) => (IpAddr::V4(a), 32, 2),
+        None => (IpAddr::V6(parse_v6(text)?), 128, 3),
+    };
+    let mut i = slash + 1;
+    let (len, next) = digits(b, i, width)?;
+    i = next;
+    if len > max {
+        return None;
+    }
+    let blanks = |i: usize| {
+        let n = b.get(i..).map_or(0, |r| {
+            r.iter().take_while(|c| matches!(c, b' ' | b'\t')).count()
+        });
+        (n > 0).then_some(i + n)
+    };
+    i = blanks(i)?;
+    let asn = if b.get(i) == Some(&b'-') {
+        i += 1;
+        None
+    } else {
+        if b.get(i..i + 2) == Some(b"AS") {
+            i += 2;
+        }
+        let (asn, next) = digits(b, i, 10)?;
+        i = next;
+        Some(u32::try_from(asn).ok()?)
+    };
+    i = blanks(i)?;
+    let country = if b.get(i) == Some(&b'-') {
+        i += 1;
+        None
+    } else {
+        let code = line.get(i..i + 2)?;
+        i += 2;
+        Some(Country::new(code).ok()?)
+    };
+    (i == b.len()).then_some((addr, len as u8, ClientNetwork::new(asn, country)))
+}
+
+/// Decimal digits at `i` (one to `max`, leading zeros allowed, as `str::parse` reads them)
+/// followed by a byte that is not one: their value and where they end.
+fn digits(b: &[u8], i: usize, max: usize) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    let mut j = i;
+    while let Some(d) = b.get(j).filter(|d| d.is_ascii_digit()) {
+        if j - i == max {
+            return None;
+        }
+        v = v * 10 + u64::from(d - b'0');
+        j += 1;
+    }
+    (j > i).then_some((v, j))
+}
+
+/// IPv4 prefixes sorted as [`flatten`] sorts them, each as one `u128` key (start, then the
+/// end reversed, then the insertion): an integer sort, not a sort of tuples.
+fn sort_v4(prefixes: Vec<(u128, u128, u32)>) -> Vec<(u128, u128, u32)> {
+    let mut keys: Vec<u128> = prefixes
+        .iter()
+        .map(|&(s, e, v)| {
+            // IPv4 ranges: both ends below 2^32.
+            let (s, e) = (s as u32, e as u32);
+            (u128::from(s) << 64) | (u128::from(u32::MAX - e) << 32) | u128::from(v)
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.into_iter()
+        .map(|k| {
+            let s = (k >> 64) as u32;
+            let e = u32::MAX - (k >> 32) as u32;
+            (u128::from(s), u128::from(e), k as u32)
+        })
+        .collect()
+}
+
 /// Turns nested prefixes into disjoint ranges, each owned by its most specific prefix.
 fn flatten(mut prefixes: Vec<(u128, u128, u32)>) -> Vec<(u128, u128, u32)> {
     // Larger first at equal starts; equal prefixes keep insertion order (the value index
     // counts insertions), so the last wins.
     prefixes.sort_unstable_by_key(|&(s, e, v)| (s, std::cmp::Reverse(e), v));
+    flatten_sorted(prefixes)
+}
+
+/// [`flatten`] of prefixes already in its order.
+fn flatten_sorted(prefixes: Vec<(u128, u128, u32)>) -> Vec<(u128, u128, u32)> {
     let mut out: Vec<(u128, u128, u32)> = Vec::with_capacity(prefixes.len());
     let mut stack: Vec<(u128, u32)> = Vec::new();
     let mut cursor: Option<u128> = Some(0);
@@ -791,6 +922,139 @@ mod tests {
         ] {
             assert_eq!(parse_ip(text), text.parse::<IpAddr>().ok(), "{text:?}");
         }
+    }
+
+    #[test]
+    fn the_one_pass_table_line_reads_as_the_general_reading() {
+        let prefixes = [
+            "203.0.113.0/24",
+            "203.0.113.7/24",
+            "0.0.0.0/0",
+            "255.255.255.255/32",
+            "10.0.0.0/33",
+            "10.0.0.0/024",
+            "10.0.0.0/08",
+            "10.0.0.0/+8",
+            "10.0.0.0/",
+            "10.0.0/8",
+            "010.0.0.0/8",
+            "256.0.0.0/8",
+            "10.0.0.0/8/8",
+            "2001:db8::/32",
+            "2001:db8::/129",
+            "2001:db8::/0128",
+            "2001:DB8:0:0:0:0:0:1/128",
+            "::/0",
+            "2001:db8:::/48",
+            "2001:db8::1::/48",
+            "12345::/16",
+            "::ffff:10.0.0.0/104",
+            " 10.0.0.0/8",
+            "10.0.0.0 /8",
+            "1.2.3.4",
+        ];
+        let asns = [
+            "AS64500",
+            "64500",
+            "as64500",
+            "ASAS1",
+            "AS",
+            "AS0",
+            "AS007",
+            "AS4294967295",
+            "AS4294967296",
+            "AS12345678901",
+            "+5",
+            "AS+5",
+            "-",
+            "--",
+            "x",
+            "AS1#c",
+        ];
+        let countries = [
+            "DE", "de", "gb", "DEU", "D", "ZZ", "-", "D1", "\u{e9}e", "GB#x", "",
+        ];
+        let gaps = [" ", "\t", "  ", " \t ", "\x0c", ""];
+        let tails = ["", " ", " extra", "#comment", "\r"];
+        let mut fast = 0;
+        for prefix in prefixes {
+            for asn in asns {
+                for country in countries {
+                    for (g, gap) in gaps.iter().enumerate() {
+                        for tail in tails {
+                            let second = gaps[(g + 1) % gaps.len()];
+                            for line in [
+                                format!("{prefix}{gap}{asn}{gap}{country}{tail}"),
+                                format!("{prefix}{gap}{asn}{second}{country}{tail}"),
+                                format!("{prefix}{gap}{asn}{tail}"),
+                            ] {
+                                let Some((addr, len, network)) = table_line_fast(&line) else {
+                                    continue;
+                                };
+                                fast += 1;
+                                let general = table_line(&line);
+                                assert!(
+                                    matches!(&general, Ok(Some(g)) if *g == (addr, len, network)),
+                                    "{line:?}: {:?} by the one pass, {general:?} in general",
+                                    (addr, len, network)
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The common shapes take the one pass (the comparison above is not empty).
+        assert!(fast > 500, "{fast} lines read in one pass");
+        for line in [
+            "203.0.113.0/24 AS64500 DE",
+            "10.0.0.0/8\t64500\tde",
+            "1.2.3.4/32 - -",
+            "2001:db8::/32 AS64500 DE",
+        ] {
+            assert!(table_line_fast(line).is_some(), "{line}");
+        }
+    }
+
+    #[test]
+    fn table_lines_are_cut_as_str_lines_cuts_them() {
+        for text in [
+            "",
+            "\n",
+            "a",
+            "a\n",
+            "a\r\n",
+            "a\r",
+            "a\r\r\nb",
+            "\r\n\r\n",
+            "a\n\nb\r",
+            "\u{e9}\r\n\u{e9}",
+        ] {
+            assert_eq!(
+                lines(text).collect::<Vec<_>>(),
+                text.lines().collect::<Vec<_>>(),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ipv4_prefixes_sort_as_the_tuples_sort() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut prefixes = Vec::new();
+        for v in 0..5_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Few distinct starts and lengths: many ties on the start, some on both.
+            let len = (x % 4) as u8 * 8 + (x >> 8) as u8 % 2;
+            let addr = u128::from((x >> 16) as u32 & 0xff00_0000);
+            let (s, e) = range(addr, len, 32);
+            prefixes.push((s, e, v));
+        }
+        let mut tuples = prefixes.clone();
+        tuples.sort_unstable_by_key(|&(s, e, v)| (s, std::cmp::Reverse(e), v));
+        assert_eq!(sort_v4(prefixes), tuples);
     }
 
     #[test]

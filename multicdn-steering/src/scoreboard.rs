@@ -585,8 +585,8 @@ impl BaseKey {
     #[inline]
     fn pack(&self) -> u64 {
         let country = self.country.map_or(0u64, |c| {
-            let b = c.as_str().as_bytes();
-            u64::from(b[0].wrapping_sub(b'A')) * 26 + u64::from(b[1].wrapping_sub(b'A')) + 1
+            let [b0, b1] = c.as_bytes();
+            u64::from(b0.wrapping_sub(b'A')) * 26 + u64::from(b1.wrapping_sub(b'A')) + 1
         });
         let asn = self.asn.map_or(0u64, |a| u64::from(a) + 1);
         self.metric.bits() | (u64::from(self.provider) << 2) | (country << 18) | (asn << 28)

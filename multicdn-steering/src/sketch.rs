@@ -969,7 +969,9 @@ struct BitWriter {
 }
 
 impl BitWriter {
-    /// Writes the low `n` bits of `v` (`n` at most 56).
+    /// Writes the low `n` bits of `v` (`n` at most 56). The bits gather in `acc` (fewer than
+    /// 64 of them), written out eight bytes at a time, lowest first.
+    #[inline]
     fn put(&mut self, v: u64, n: u32) {
         let v = if n == 0 {
             0
@@ -977,30 +979,35 @@ impl BitWriter {
             v & (u64::MAX >> (64 - n))
         };
         self.acc |= v << self.bits;
-        self.bits += n;
-        while self.bits >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.bits -= 8;
+        let bits = self.bits + n;
+        if bits >= 64 {
+            self.out.extend_from_slice(&self.acc.to_le_bytes());
+            // The bits of `v` that did not fit (`self.bits` is above 0 here: `n` <= 56).
+            self.acc = v >> (64 - self.bits);
+            self.bits = bits - 64;
+        } else {
+            self.bits = bits;
         }
     }
 
     /// Writes `n` 0 bits (`n` at most 56): `put(0, n)`.
     #[inline]
     fn zeros(&mut self, n: u32) {
-        self.bits += n;
-        while self.bits >= 8 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.bits -= 8;
+        let bits = self.bits + n;
+        if bits >= 64 {
+            self.out.extend_from_slice(&self.acc.to_le_bytes());
+            self.acc = 0;
+            self.bits = bits - 64;
+        } else {
+            self.bits = bits;
         }
     }
 
-    fn finish(mut self) -> Vec<u8> {
-        if self.bits > 0 {
-            self.out.push(self.acc as u8);
-        }
-        self.out
+    fn finish(self) -> Vec<u8> {
+        let mut out = self.out;
+        let bytes = self.bits.div_ceil(8) as usize;
+        out.extend_from_slice(self.acc.to_le_bytes().get(..bytes).unwrap_or_default());
+        out
     }
 }
 
@@ -1058,12 +1065,18 @@ impl RiceState {
         RiceState { sum: 2, n: 1 }
     }
 
+    /// The least `k` (at most 48) with `n << k >= sum`: from the two bit lengths, one
+    /// comparison to settle the last bit (`n` stays below 16, `sum` grows by at most a
+    /// symbol a step).
+    #[inline]
     fn k(self) -> u32 {
-        let mut k = 0;
-        while k < 48 && (self.n << k) < self.sum {
-            k += 1;
+        if self.n >= self.sum {
+            return 0;
         }
-        k
+        // `n << k` has the bit length of `sum` here (n >= 1, k >= 0); one more when still short.
+        let k = self.n.leading_zeros() - self.sum.leading_zeros();
+        let k = k + u32::from(self.n.checked_shl(k).unwrap_or(u64::MAX) < self.sum);
+        k.min(48)
     }
 
     fn update(&mut self, z: u64) {
@@ -1127,10 +1140,7 @@ impl PackedBins {
         if !carries.is_empty() {
             return PackedBins::from_bins(&dense.bins());
         }
-        let (Some(first), Some(last)) = (
-            counts.iter().position(|c| *c > 0),
-            counts.iter().rposition(|c| *c > 0),
-        ) else {
+        let (Some(first), Some(last)) = (first_nonzero(counts), last_nonzero(counts)) else {
             return PackedBins::default();
         };
         let used = counts.get(first..=last).unwrap_or_default();
@@ -1142,9 +1152,33 @@ impl PackedBins {
 
     /// Packs the counts of bins `lo..hi` (the first and last non-empty), `count(k)` called
     /// once for each bin in order; `size` sizes the buffer (the bytes kept are the same).
-    fn pack(lo: u32, hi: u32, size: usize, mut count: impl FnMut(u32) -> u64) -> PackedBins {
+    fn pack(lo: u32, hi: u32, size: usize, count: impl FnMut(u32) -> u64) -> PackedBins {
+        // Written into this thread's scratch buffer, then copied out at its final length:
+        // one allocation a bucket, none to grow or shrink it.
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+            Ok(mut buf) => {
+                buf.clear();
+                buf.reserve(size + 4);
+                let taken = std::mem::take(&mut *buf);
+                let out = PackedBins::pack_into(taken, lo, hi, count);
+                let data = Box::from(out.as_slice());
+                *buf = out;
+                PackedBins { data }
+            }
+            Err(_) => PackedBins {
+                data: PackedBins::pack_into(Vec::with_capacity(size + 4), lo, hi, count)
+                    .into_boxed_slice(),
+            },
+        })
+    }
+
+    /// [`PackedBins::pack`]'s bytes, written after the end of `out`.
+    fn pack_into(out: Vec<u8>, lo: u32, hi: u32, mut count: impl FnMut(u32) -> u64) -> Vec<u8> {
         let mut w = BitWriter {
-            out: Vec::with_capacity(size + 4),
+            out,
             acc: 0,
             bits: 0,
         };
@@ -1183,9 +1217,7 @@ impl PackedBins {
         let mut data = w.finish();
         // No late samples yet.
         data.push(0);
-        PackedBins {
-            data: data.into_boxed_slice(),
-        }
+        data
     }
 
     /// Calls `f(bin, count)` for every non-empty packed bin, lowest first, then once for each
@@ -1294,6 +1326,42 @@ impl PackedBins {
     pub(crate) fn heap_bytes(&self) -> usize {
         self.data.len()
     }
+}
+
+/// The first non-zero byte, eight at a time.
+fn first_nonzero(b: &[u8]) -> Option<usize> {
+    let mut chunks = b.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        if w != 0 {
+            return Some(at + (w.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|c| *c > 0)
+        .map(|p| at + p)
+}
+
+/// The last non-zero byte, eight at a time.
+fn last_nonzero(b: &[u8]) -> Option<usize> {
+    let mut chunks = b.rchunks_exact(8);
+    let mut end = b.len();
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        end -= 8;
+        if w != 0 {
+            return Some(end + 7 - (w.leading_zeros() / 8) as usize);
+        }
+    }
+    chunks.remainder().iter().rposition(|c| *c > 0)
 }
 
 /// Two sorted `(bin, count)` lists added into one.
@@ -1445,6 +1513,78 @@ mod tests {
             packed.heap_bytes(),
             bins.len()
         );
+    }
+
+    #[test]
+    fn the_rice_parameter_is_the_least_shift_reaching_the_mean() {
+        let slow = |s: RiceState| {
+            let mut k = 0;
+            while k < 48 && (s.n << k) < s.sum {
+                k += 1;
+            }
+            k
+        };
+        let mut sums: Vec<u64> = (0..=4096).collect();
+        for shift in 0..64 {
+            let p = 1u64 << shift;
+            sums.extend([p - 1, p, p + 1, p.wrapping_mul(3), p.saturating_mul(15)]);
+        }
+        sums.push(u64::MAX);
+        for n in 1..16 {
+            for &sum in &sums {
+                let s = RiceState { sum, n };
+                assert_eq!(s.k(), slow(s), "sum {sum} n {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn nonzero_bytes_are_found_at_both_ends_whatever_the_length() {
+        for len in 0..40 {
+            for a in 0..len {
+                for b in a..len {
+                    let mut v = vec![0u8; len];
+                    v[a] = 1 + (a as u8 % 200);
+                    v[b] = 255;
+                    assert_eq!(first_nonzero(&v), Some(a), "{len} {a} {b}");
+                    assert_eq!(last_nonzero(&v), Some(b), "{len} {a} {b}");
+                }
+            }
+            assert_eq!(first_nonzero(&vec![0; len]), None);
+            assert_eq!(last_nonzero(&vec![0; len]), None);
+        }
+    }
+
+    #[test]
+    fn the_bit_writer_writes_the_bits_in_order_whatever_their_widths() {
+        // Against one bit a step, lowest first.
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..200 {
+            let mut w = BitWriter {
+                out: Vec::new(),
+                acc: 0,
+                bits: 0,
+            };
+            let mut bits: Vec<bool> = Vec::new();
+            for _ in 0..(x % 60) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let n = (x % 57) as u32;
+                if x & (1 << 60) != 0 {
+                    w.zeros(n);
+                    bits.extend(std::iter::repeat_n(false, n as usize));
+                } else {
+                    w.put(x >> 3, n);
+                    bits.extend((0..n).map(|i| (x >> 3) >> i & 1 == 1));
+                }
+            }
+            let mut want = vec![0u8; bits.len().div_ceil(8)];
+            for (i, bit) in bits.iter().enumerate() {
+                want[i / 8] |= u8::from(*bit) << (i % 8);
+            }
+            assert_eq!(w.finish(), want);
+        }
     }
 
     #[test]
