@@ -25,7 +25,8 @@
 //! The input is read once, a block at a time: memory holds the scoreboard and a few MiB of
 //! input whatever the input's size (a line longer than 64 KiB is counted as not JSON and
 //! skipped). `--threads N` parses on N threads, each into its own shard of the scoreboard,
-//! merged at the end (`scripts/ingest-vs-duckdb` measures both against DuckDB).
+//! merged at the end, and the window is read on N threads too (`scripts/ingest-vs-duckdb`
+//! measures both against DuckDB).
 //!
 //! `examples/data/beacons.ndjson` is a small sample: 300 navigation and probe beacons from six
 //! networks in six countries over 50 minutes, and four deliberately bad lines.
@@ -163,7 +164,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         .map_err(|e| Fail::error(format!("error: cannot read {name}: {e}")))?;
     let report = ingest.take_report();
     let now = at.or(report.newest).unwrap_or(Timestamp::EPOCH);
-    let snapshot = board.snapshot(now, window);
+    let snapshot = board.snapshot_on(now, window, usize::from(cli.threads));
     let providers: Vec<ProviderId> = if policy.is_some() {
         board.providers().to_vec()
     } else {

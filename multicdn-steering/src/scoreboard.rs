@@ -1196,6 +1196,19 @@ impl Scoreboard {
     /// serves them all: a window's aggregate is what the pass has added when it reaches the
     /// window's first bucket.
     pub fn snapshots(&self, now: Timestamp, windows: &[Duration]) -> Vec<Snapshot> {
+        self.snapshots_on(now, windows, 1)
+    }
+
+    /// [`Scoreboard::snapshots`] on up to `threads` threads (a board of at least 65,536 cells;
+    /// a smaller one is read on one): each thread reads the cells of its own ASNs, so the
+    /// ASNs' cuts are built on one thread each and only the countries' and `*` are merged
+    /// after. The snapshots are those of [`Scoreboard::snapshots`].
+    pub fn snapshots_on(
+        &self,
+        now: Timestamp,
+        windows: &[Duration],
+        threads: usize,
+    ) -> Vec<Snapshot> {
         let current = self.bucket_at(now);
         let firsts: Vec<u32> = windows
             .iter()
@@ -1214,25 +1227,67 @@ impl Scoreboard {
         let mut order: Vec<usize> = (0..windows.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(firsts[i]));
         let ordered_firsts: Vec<u32> = order.iter().map(|&i| firsts[i]).collect();
-        let mut parts: Vec<Parts> = windows.iter().map(|_| Parts::default()).collect();
-        let mut acc = Accumulator::new();
-        let mut aggs: Vec<Agg> = Vec::with_capacity(windows.len());
-        for (packed, cell) in &self.cells {
-            let key = BaseKey::unpack(*packed);
-            acc.clear();
-            aggs.clear();
-            cell.add_windows(&ordered_firsts, current, &mut acc, &mut aggs);
-            for (agg, &w) in aggs.drain(..).zip(&order) {
-                if let Some(p) = parts.get_mut(w) {
-                    p.add(key, agg);
+        let read = |cells: &mut dyn Iterator<Item = (&u64, &Cell)>| -> Vec<Parts> {
+            let mut parts: Vec<Parts> = windows.iter().map(|_| Parts::default()).collect();
+            let mut acc = Accumulator::new();
+            let mut aggs: Vec<Agg> = Vec::with_capacity(windows.len());
+            for (packed, cell) in cells {
+                let key = BaseKey::unpack(*packed);
+                acc.clear();
+                aggs.clear();
+                cell.add_windows(&ordered_firsts, current, &mut acc, &mut aggs);
+                for (agg, &w) in aggs.drain(..).zip(&order) {
+                    if let Some(p) = parts.get_mut(w) {
+                        p.add(key, agg);
+                    }
                 }
             }
-        }
+            parts
+        };
+        let threads = threads.clamp(1, 16);
+        let parts = if threads == 1 || self.cells.len() < 65_536 {
+            read(&mut self.cells.iter())
+        } else {
+            // An ASN's cells (in every country) go to one thread: its cuts are whole there.
+            let asn_share =
+                |packed: u64| (KeyHasher::default().hashed(packed >> 28) % threads as u64) as usize;
+            let mut read_by: Vec<Vec<Parts>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|i| {
+                        let read = &read;
+                        scope.spawn(move || {
+                            read(&mut self.cells.iter().filter(|(k, _)| asn_share(**k) == i))
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .collect()
+            });
+            let mut parts = read_by.remove(0);
+            for other in read_by {
+                for (p, o) in parts.iter_mut().zip(other) {
+                    p.absorb(o);
+                }
+            }
+            parts
+        };
         parts
             .into_iter()
             .zip(windows)
             .map(|(p, &window)| p.into_snapshot(self, now, window))
             .collect()
+    }
+
+    /// [`Scoreboard::snapshot`] on up to `threads` threads (see [`Scoreboard::snapshots_on`]).
+    pub fn snapshot_on(&self, now: Timestamp, window: Duration, threads: usize) -> Snapshot {
+        self.snapshots_on(now, &[window], threads)
+            .pop()
+            .unwrap_or_else(|| Parts::default().into_snapshot(self, now, window))
     }
 
     /// Rolls the buckets of the `window` ending at `now` up into every cut.
@@ -1292,6 +1347,30 @@ impl Parts {
         };
         self.cuts.entry(cut(direct)).or_default().merge(&agg);
         self.base.push((key, agg));
+    }
+
+    /// Adds what another thread read of other cells (other ASNs): cuts both hold merge, the
+    /// others move.
+    fn absorb(&mut self, other: Parts) {
+        self.cuts.reserve(other.cuts.len());
+        for (key, agg) in other.cuts {
+            match self.cuts.entry(key) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut().merge(&agg),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(agg);
+                }
+            }
+        }
+        self.base.extend(other.base);
+        for (asn, list) in other.asn_countries {
+            let mine = self.asn_countries.entry(asn).or_default();
+            for (country, n) in list {
+                match mine.iter_mut().find(|(c, _)| *c == country) {
+                    Some(e) => e.1 += n,
+                    None => mine.push((country, n)),
+                }
+            }
+        }
     }
 
     /// Adds every country's cut to its continent's and to `*` (which already holds the

@@ -92,3 +92,80 @@ fn every_cut_holds_the_samples_of_the_networks_it_covers() {
         );
     }
 }
+
+#[test]
+fn a_snapshot_read_on_several_threads_is_the_one_read_on_one() {
+    let providers = [
+        ProviderId::new("akamai").unwrap(),
+        ProviderId::new("cloudfront").unwrap(),
+        ProviderId::new("fastly").unwrap(),
+    ];
+    let mut board = Scoreboard::new(ScoreboardConfig::default(), &providers).unwrap();
+    let countries = ["US", "CA", "GB", "DE", "JP", "BR", "IN"];
+    let slots: Vec<_> = providers
+        .iter()
+        .map(|p| board.provider_slot(p.as_str()).unwrap())
+        .collect();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    // Enough networks for the threads to be used (65,536 cells or more): 25,000 ASNs, some
+    // in two countries, with probe times (and pairs), navigations and hits, over 3 hours.
+    for i in 0..400_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let asn = (x % 25_000) as u32;
+        let country = countries[((asn as u64 + (x >> 40) % 2) % 7) as usize];
+        let network = ClientNetwork::new(
+            (!asn.is_multiple_of(31)).then_some(10_000 + asn),
+            (!asn.is_multiple_of(29)).then(|| Country::new(country).unwrap()),
+        );
+        let at = Timestamp::from_millis(T0 + i * 27);
+        let ms = 15.0 + ((x >> 20) % 700) as f64;
+        let slot = slots[((x >> 12) % 3) as usize];
+        if i.is_multiple_of(4) {
+            let times: Vec<_> = slots
+                .iter()
+                .enumerate()
+                .map(|(n, s)| (*s, Some(ms * (1.0 + n as f64 / 10.0))))
+                .collect();
+            for (s, v) in &times {
+                board.insert(&Sample {
+                    at,
+                    metric: Metric::Probe,
+                    provider: *s,
+                    network,
+                    value: *v,
+                });
+            }
+            board.insert_pairs(at, network, &times);
+        } else {
+            board.insert_navigation(at, slot, network, ms, i.is_multiple_of(3));
+        }
+    }
+    assert!(board.cells() >= 65_536, "{} cells", board.cells());
+    let now = Timestamp::from_millis(T0 + 400_000 * 27);
+    let windows = [Duration::from_secs(1_800), Duration::from_secs(3 * 3_600)];
+    let one = board.snapshots_on(now, &windows, 1);
+    let three = board.snapshots_on(now, &windows, 3);
+    assert_eq!(one.len(), 2);
+    for (a, b) in one.iter().zip(&three) {
+        for metric in [Metric::Ttfb, Metric::TtfbHit, Metric::Probe] {
+            let networks = a.networks(metric);
+            assert!(networks.len() > 1_000, "{metric:?}: {}", networks.len());
+            assert_eq!(networks, b.networks(metric));
+            for n in &networks {
+                for p in &providers {
+                    assert_eq!(a.cell(metric, *n, p), b.cell(metric, *n, p), "{n} {p}");
+                }
+            }
+        }
+        for asn in a.asns(Metric::Ttfb) {
+            assert_eq!(a.country_of_asn(asn), b.country_of_asn(asn), "AS{asn}");
+            let cut = NetworkKey::Asn(asn);
+            assert_eq!(
+                a.pairing(cut, &providers[0], &providers[2]),
+                b.pairing(cut, &providers[0], &providers[2]),
+            );
+        }
+    }
+}
