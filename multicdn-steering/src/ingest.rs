@@ -320,18 +320,37 @@ impl<R: NetworkResolver> Ingestor<R> {
     }
 
     /// Reads every line of `bytes`; one longer than `cap` is too long.
+    ///
+    /// The lines go in batches of [`BATCH`]: each is read (parsed, its address resolved) first,
+    /// then the batch is stored in line order. The reads of a batch do not depend on one
+    /// another, so the processor overlaps their memory accesses (a lookup in a large prefix
+    /// table waits on memory a few times); storing, and everything counted, happens in line
+    /// order as it would one line at a time.
     fn ingest_block(&mut self, mut bytes: &[u8], board: &mut Scoreboard, cap: usize) {
         let now = self.now();
         while !bytes.is_empty() {
-            let end = find_newline(bytes).unwrap_or(bytes.len());
-            let line = bytes.get(..end).unwrap_or_default();
-            if line.len() > cap {
-                self.line_no += 1;
-                self.too_long();
-            } else {
-                let _ = self.ingest_line_at(line, board, now);
+            let mut batch: [Pending<'_>; BATCH] = Default::default();
+            let mut n = 0;
+            while n < BATCH && !bytes.is_empty() {
+                let end = find_newline(bytes).unwrap_or(bytes.len());
+                let line = bytes.get(..end).unwrap_or_default();
+                batch[n] = if line.len() > cap {
+                    Pending::TooLong
+                } else {
+                    Self::parse(line)
+                };
+                n += 1;
+                bytes = bytes.get(end + 1..).unwrap_or_default();
             }
-            bytes = bytes.get(end + 1..).unwrap_or_default();
+            // The networks in a loop of their own: a few lookups in flight at once.
+            for read in &mut batch[..n] {
+                if let Pending::Beacon(raw, network) = read {
+                    *network = self.network(raw);
+                }
+            }
+            for read in &mut batch[..n] {
+                let _ = self.take(std::mem::take(read), board, now);
+            }
         }
     }
 
@@ -478,23 +497,55 @@ impl<R: NetworkResolver> Ingestor<R> {
     #[inline]
     pub fn ingest_line(&mut self, line: &[u8], board: &mut Scoreboard) -> Result<usize, BadLine> {
         let now = self.now();
-        self.ingest_line_at(line, board, now)
+        let mut read = Self::parse(line);
+        if let Pending::Beacon(raw, network) = &mut read {
+            *network = self.network(raw);
+        }
+        self.take(read, board, now)
     }
 
+    /// Reads a line without storing or counting anything: parsed, its network not yet
+    /// resolved ([`Ingestor::network`] fills it in).
     #[inline]
-    fn ingest_line_at(
+    fn parse<'a>(line: &'a [u8]) -> Pending<'a> {
+        let trimmed = line.trim_ascii();
+        if trimmed.is_empty() {
+            return Pending::Blank;
+        }
+        let raw: RawLine<'a> = match fast::parse(trimmed) {
+            Some(raw) => raw,
+            None => match serde_json::from_slice(trimmed) {
+                Ok(raw) => raw,
+                Err(e) => return Pending::Bad(BadLine::NotJson, Some(e.to_string())),
+            },
+        };
+        Pending::Beacon(raw, Ok(ClientNetwork::default()))
+    }
+
+    /// Numbers, counts and stores a line [`Ingestor::parse`] read.
+    #[inline]
+    fn take(
         &mut self,
-        line: &[u8],
+        read: Pending<'_>,
         board: &mut Scoreboard,
         now: Timestamp,
     ) -> Result<usize, BadLine> {
         self.line_no += 1;
-        let trimmed = line.trim_ascii();
-        if trimmed.is_empty() {
-            return Ok(0);
-        }
+        let (raw, network) = match read {
+            Pending::Blank => return Ok(0),
+            Pending::TooLong => {
+                self.too_long();
+                return Err(BadLine::NotJson);
+            }
+            Pending::Bad(reason, detail) => {
+                self.report.lines += 1;
+                self.bad(reason, detail);
+                return Err(reason);
+            }
+            Pending::Beacon(raw, network) => (raw, network),
+        };
         self.report.lines += 1;
-        match self.parse_and_store(trimmed, board, now) {
+        match self.store_line(raw, network, board, now) {
             Ok((n, unresolved, at)) => {
                 self.report.beacons += 1;
                 self.report.newest = self.report.newest.max(Some(at));
@@ -509,18 +560,13 @@ impl<R: NetworkResolver> Ingestor<R> {
         }
     }
 
-    fn parse_and_store(
+    fn store_line(
         &mut self,
-        line: &[u8],
+        raw: RawLine<'_>,
+        network: Result<ClientNetwork, (BadLine, Option<String>)>,
         board: &mut Scoreboard,
         now: Timestamp,
     ) -> Result<(usize, bool, Timestamp), (BadLine, Option<String>)> {
-        let raw: RawLine<'_> = match fast::parse(line) {
-            Some(raw) => raw,
-            None => {
-                serde_json::from_slice(line).map_err(|e| (BadLine::NotJson, Some(e.to_string())))?
-            }
-        };
         let at = Timestamp::from_millis(raw.at.ok_or((BadLine::MissingTime, None))?);
         if at > now.plus(self.skew) {
             return Err((
@@ -545,7 +591,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 )),
             ));
         }
-        let network = self.network(&raw)?;
+        let network = network?;
         let unresolved = network.is_unknown();
         if let (Some(ttfb), Some(provider)) = (raw.ttfb, raw.provider.as_deref()) {
             let Some(slot) = self.slot(board, provider) else {
@@ -780,6 +826,27 @@ fn split_lines(
         f(Piece::Lines(&buf[..kept]));
     }
     Ok(())
+}
+
+/// Lines read ahead of storing them (see [`Ingestor::ingest_block`]).
+const BATCH: usize = 16;
+
+/// A line read but not yet numbered, counted or stored (see [`Ingestor::parse`]).
+#[derive(Default)]
+// A batch of them lives on the stack; boxing the beacon would allocate for every line.
+#[allow(clippy::large_enum_variant)]
+enum Pending<'a> {
+    #[default]
+    Blank,
+    /// Longer than the block's limit, skipped unread.
+    TooLong,
+    /// Not JSON, or not the JSON a beacon is.
+    Bad(BadLine, Option<String>),
+    /// A beacon, with its network or the reason it has none.
+    Beacon(
+        RawLine<'a>,
+        Result<ClientNetwork, (BadLine, Option<String>)>,
+    ),
 }
 
 /// A block of whole lines for a shard (`None`: a line too long to read), numbered from

@@ -60,12 +60,17 @@ impl NetworkResolver for NoResolver {
 /// An in-memory longest-prefix-match table.
 #[derive(Clone, Default)]
 pub struct PrefixTable {
-    /// Disjoint IPv4 ranges with their network inline (a lookup reads one entry).
-    v4: Vec<(u32, u32, ClientNetwork)>,
+    /// Where each disjoint IPv4 range starts, ascending: kept apart from the rest of the range
+    /// so a lookup's search reads four bytes a step (sixteen starts a cache line).
+    v4_starts: Vec<u32>,
+    /// Each range's last address and its network, beside its start (a lookup reads one).
+    v4: Vec<(u32, ClientNetwork)>,
     /// For each /16 block `b`: how many IPv4 ranges start before `b << 16` (65,537 entries), so
     /// a lookup searches only the ranges that start inside the address's /16.
     v4_blocks: Vec<u32>,
-    v6: Vec<(u128, u128, u32)>,
+    /// The same for IPv6: starts, then each range's last address and value index.
+    v6_starts: Vec<u128>,
+    v6: Vec<(u128, u32)>,
     /// The same for the top 16 bits of IPv6 addresses (global unicast sits in a few thousand
     /// of them, so a lookup searches tens of ranges, not the whole table).
     v6_blocks: Vec<u32>,
@@ -138,19 +143,25 @@ impl PrefixTableBuilder {
     /// The table.
     pub fn build(self) -> PrefixTable {
         let values = &self.values;
-        let v4: Vec<(u32, u32, ClientNetwork)> = flatten_sorted(sort_v4(self.v4))
+        let (v4_starts, v4): (Vec<u32>, Vec<(u32, ClientNetwork)>) =
+            flatten_sorted(sort_v4(self.v4))
+                .into_iter()
+                .map(|(s, e, v)| {
+                    let net = values.get(v as usize).copied().unwrap_or_default();
+                    (s as u32, (e as u32, net))
+                })
+                .unzip();
+        let v4_blocks = blocks(v4_starts.iter().map(|s| u128::from(*s)), 16);
+        let (v6_starts, v6): (Vec<u128>, Vec<(u128, u32)>) = flatten(self.v6)
             .into_iter()
-            .map(|(s, e, v)| {
-                let net = values.get(v as usize).copied().unwrap_or_default();
-                (s as u32, e as u32, net)
-            })
-            .collect();
-        let v4_blocks = blocks(v4.iter().map(|r| u128::from(r.0)), 16);
-        let v6 = flatten(self.v6);
-        let v6_blocks = blocks(v6.iter().map(|r| r.0), 112);
+            .map(|(s, e, v)| (s, (e, v)))
+            .unzip();
+        let v6_blocks = blocks(v6_starts.iter().copied(), 112);
         PrefixTable {
+            v4_starts,
             v4,
             v4_blocks,
+            v6_starts,
             v6,
             v6_blocks,
             values: self.values,
@@ -199,13 +210,13 @@ impl PrefixTable {
         let block = (ip >> 16) as usize;
         let (lo, hi) = match (self.v4_blocks.get(block), self.v4_blocks.get(block + 1)) {
             (Some(&lo), Some(&hi)) => (lo as usize, hi as usize),
-            _ => (0, self.v4.len()),
+            _ => (0, self.v4_starts.len()),
         };
         // Ranges starting before this /16 all start at or below `ip`; those starting after it
         // all start above: the answer is the last range starting at or below `ip`.
-        let i = lo + self.v4.get(lo..hi)?.partition_point(|r| r.0 <= ip);
-        let r = self.v4.get(i.checked_sub(1)?)?;
-        (ip <= r.1).then_some(&r.2)
+        let i = lo + self.v4_starts.get(lo..hi)?.partition_point(|s| *s <= ip);
+        let (end, net) = self.v4.get(i.checked_sub(1)?)?;
+        (ip <= *end).then_some(net)
     }
 
     #[inline]
@@ -213,12 +224,12 @@ impl PrefixTable {
         let block = (ip >> 112) as usize;
         let (lo, hi) = match (self.v6_blocks.get(block), self.v6_blocks.get(block + 1)) {
             (Some(&lo), Some(&hi)) => (lo as usize, hi as usize),
-            _ => (0, self.v6.len()),
+            _ => (0, self.v6_starts.len()),
         };
         // As for IPv4: the answer is the last range starting at or below `ip`.
-        let i = lo + self.v6.get(lo..hi)?.partition_point(|r| r.0 <= ip);
-        let r = self.v6.get(i.checked_sub(1)?)?;
-        (ip <= r.1).then_some(r.2)
+        let i = lo + self.v6_starts.get(lo..hi)?.partition_point(|s| *s <= ip);
+        let (end, value) = self.v6.get(i.checked_sub(1)?)?;
+        (ip <= *end).then_some(*value)
     }
 
     /// How many disjoint ranges the table holds.

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::beacon::{ClientNetwork, NavigationBeacon, ProbeBeacon};
 use crate::error::SteeringError;
-use crate::sketch::{self, Accumulator, DenseBins, PackedBins, Sketch};
+use crate::sketch::{self, Accumulator, OpenBins, PackedBins, Sketch};
 
 /// What a cell measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -326,14 +326,14 @@ struct BucketWire {
     sketch: Sketch,
 }
 
-/// The bucket being written: its bins one counter each.
+/// The bucket being written: its first few values inline, then one counter a bin.
 #[derive(Debug, Clone)]
 struct OpenBucket {
     index: u32,
     failures: u32,
     /// The newest sample, milliseconds since the epoch.
     newest: u64,
-    bins: DenseBins,
+    bins: OpenBins,
 }
 
 /// An older bucket: its bins packed.
@@ -360,7 +360,7 @@ impl Cell {
                 index,
                 failures: 0,
                 newest: 0,
-                bins: DenseBins::default(),
+                bins: OpenBins::default(),
             },
             closed: Vec::new(),
         }
@@ -427,7 +427,7 @@ impl Cell {
             index: open.index,
             failures: open.failures,
             newest: open.newest,
-            bins: PackedBins::from_dense(&open.bins),
+            bins: PackedBins::from_open(&open.bins),
         };
         // The counters are reused: the next bucket's values likely span the same bins.
         open.bins.clear();

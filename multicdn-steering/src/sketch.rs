@@ -907,11 +907,6 @@ impl DenseBins {
         n
     }
 
-    /// Adds every value to an accumulator.
-    pub(crate) fn add_to(&self, acc: &mut Accumulator) {
-        self.for_each(|k, c| acc.add_bin(k, c));
-    }
-
     /// Empties it for the next bucket, keeping its range (the next bucket's values likely
     /// span the same bins) with byte counters.
     pub(crate) fn clear(&mut self) {
@@ -932,6 +927,115 @@ impl DenseBins {
     /// Bytes held on the heap.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.counters.heap_bytes()
+    }
+}
+
+/// How many values a bucket being written keeps as raw bins, inline, before it takes
+/// counters: at most [`LATE_LIMIT`], so a bucket closed with no more is stored as late bins.
+const FEW: usize = 8;
+/// [`OpenBins::n`] once its values are in the counters.
+const SPILLED: u8 = u8::MAX;
+const _: () = assert!(FEW <= LATE_LIMIT as usize);
+
+/// The bins of a bucket still being written: its first few values as raw bin numbers inside
+/// the bucket itself, then one counter each ([`DenseBins`]). Most buckets of a busy board are
+/// thin (the long tail of networks sees a few samples a bucket): theirs are written and closed
+/// without touching the heap or scanning a range of counters. The counters, once allocated,
+/// are kept for the next bucket.
+#[derive(Clone, Default)]
+pub(crate) struct OpenBins {
+    few: [u16; FEW],
+    /// How many of `few` hold values, or [`SPILLED`].
+    n: u8,
+    dense: DenseBins,
+}
+
+impl fmt::Debug for OpenBins {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenBins")
+            .field("few", &self.few())
+            .field("dense", &self.dense)
+            .finish()
+    }
+}
+
+impl OpenBins {
+    /// The values held inline (empty once they are in the counters).
+    fn few(&self) -> &[u16] {
+        self.few.get(..usize::from(self.n)).unwrap_or_default()
+    }
+
+    /// Moves the inline values into the counters.
+    #[cold]
+    fn spill(&mut self) {
+        for i in 0..usize::from(self.n).min(FEW) {
+            self.dense.insert(u32::from(self.few[i]));
+        }
+        self.n = SPILLED;
+    }
+
+    /// Adds one value in bin `k` (a bin at or past [`BINS`] is ignored, as the counters do).
+    #[inline]
+    pub(crate) fn insert(&mut self, k: u32) {
+        let n = usize::from(self.n);
+        if n < FEW {
+            if (k as usize) < BINS {
+                self.few[n] = k as u16;
+                self.n += 1;
+            }
+            return;
+        }
+        if self.n != SPILLED {
+            self.spill();
+        }
+        self.dense.insert(k);
+    }
+
+    /// Adds `n` values in bin `k`.
+    pub(crate) fn add(&mut self, k: u32, n: u64) {
+        if self.n != SPILLED {
+            self.spill();
+        }
+        self.dense.add(k, n);
+    }
+
+    /// Calls `f(bin, count)` for every non-empty bin, lowest first.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u32, u64)) {
+        if self.n == SPILLED {
+            return self.dense.for_each(f);
+        }
+        let mut few = self.few;
+        let few = few.get_mut(..usize::from(self.n)).unwrap_or_default();
+        few.sort_unstable();
+        for run in few.chunk_by(|a, b| a == b) {
+            f(u32::from(run[0]), run.len() as u64);
+        }
+    }
+
+    /// The non-empty bins as `(bin, count)`, lowest first.
+    pub(crate) fn bins(&self) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        self.for_each(|k, c| out.push((k, c)));
+        out
+    }
+
+    /// Adds every value to an accumulator.
+    pub(crate) fn add_to(&self, acc: &mut Accumulator) {
+        self.for_each(|k, c| acc.add_bin(k, c));
+    }
+
+    /// Empties it for the next bucket (the counters keep their range, see
+    /// [`DenseBins::clear`]; they are not touched when the values never reached them).
+    pub(crate) fn clear(&mut self) {
+        if self.n == SPILLED {
+            self.dense.clear();
+        }
+        self.n = 0;
+    }
+
+    /// Bytes held on the heap.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.dense.heap_bytes()
     }
 }
 
@@ -1148,6 +1252,26 @@ impl PackedBins {
         PackedBins::pack(lo, lo + used.len() as u32, used.len() / 2, |k| {
             used.get((k - lo) as usize).map_or(0, |c| u64::from(*c))
         })
+    }
+
+    /// Packs an open bucket: its counters as [`PackedBins::from_dense`] does, or the few values
+    /// it held inline as they stand, as late bins (no counts to pack).
+    pub(crate) fn from_open(open: &OpenBins) -> PackedBins {
+        if open.n == SPILLED {
+            return PackedBins::from_dense(&open.dense);
+        }
+        let few = open.few();
+        if few.is_empty() {
+            return PackedBins::default();
+        }
+        let mut data = Vec::with_capacity(2 * few.len() + 1);
+        for k in few {
+            data.extend_from_slice(&k.to_le_bytes());
+        }
+        data.push(few.len() as u8);
+        PackedBins {
+            data: data.into_boxed_slice(),
+        }
     }
 
     /// Packs the counts of bins `lo..hi` (the first and last non-empty), `count(k)` called
@@ -1733,6 +1857,33 @@ mod tests {
                 if n == 1 { d.insert(k) } else { d.add(k, n) }
             }
             prop_assert_eq!(PackedBins::from_dense(&d).data, PackedBins::from_bins(&d.bins()).data);
+        }
+
+        /// A bucket being written holds every value, whether it stays thin (values inline) or
+        /// spills into counters, across clears; closed, it holds the same bins, and late
+        /// samples added after it closed are kept too.
+        #[test]
+        fn open_bins_hold_what_was_added_thin_or_spilled(
+            buckets in prop::collection::vec(prop::collection::vec((0u32..BINS as u32, prop_oneof![8 => Just(1u64), 1 => 2u64..1_000]), 0..24), 1..4),
+            late in prop::collection::vec(0u32..BINS as u32, 0..20),
+        ) {
+            let mut open = OpenBins::default();
+            for adds in &buckets {
+                open.clear();
+                let mut want = Accumulator::new();
+                for &(k, n) in adds {
+                    if n == 1 { open.insert(k) } else { open.add(k, n) }
+                    want.add_bin(k, n);
+                }
+                prop_assert_eq!(open.bins(), want.nonzero_bins());
+                let mut packed = PackedBins::from_open(&open);
+                prop_assert_eq!(packed.bins(), want.nonzero_bins());
+                for &k in &late {
+                    packed.insert_late(k);
+                    want.add_bin(k, 1);
+                }
+                prop_assert_eq!(packed.bins(), want.nonzero_bins());
+            }
         }
 
         #[test]
