@@ -378,7 +378,8 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// scoreboard has their union), and [`replay_until`](Ingestor::replay_until)'s retention
     /// counts back from each shard's newest line. The calling thread reads and cuts the stream
     /// at line ends into blocks of a few MiB, handed out in turn; memory stays bounded (two
-    /// blocks queued a worker). `threads` of 0 or 1 reads on the calling thread.
+    /// blocks queued a worker, their buffers reused once read). `threads` of 0 or 1 reads on
+    /// the calling thread.
     pub fn ingest_reader_parallel(
         &mut self,
         reader: impl Read,
@@ -409,14 +410,21 @@ impl<R: NetworkResolver> Ingestor<R> {
             })
             .collect::<std::io::Result<_>>()?;
         let first_line = self.line_no + 1;
+        // Blocks read go back to the reader to be filled again: no fresh allocation (and its
+        // page faults) a block.
+        let (give_back, taken_back) = std::sync::mpsc::sync_channel::<Vec<u8>>(3 * threads + 1);
         let read = std::thread::scope(|scope| {
             let mut senders = Vec::with_capacity(threads);
             for (ingestor, shard) in &mut shards {
                 let (tx, rx) = std::sync::mpsc::sync_channel::<Block>(2);
                 senders.push(tx);
+                let give_back = give_back.clone();
                 scope.spawn(move || {
                     for block in rx {
                         ingestor.take_block(&block, shard);
+                        if let Some(bytes) = block.bytes {
+                            let _ = give_back.try_send(bytes);
+                        }
                     }
                 });
             }
@@ -426,7 +434,12 @@ impl<R: NetworkResolver> Ingestor<R> {
                 let (bytes, count) = match piece {
                     // The last piece may end without a newline.
                     Piece::Lines(lines) => (
-                        Some(lines.to_vec()),
+                        Some({
+                            let mut bytes = taken_back.try_recv().unwrap_or_default();
+                            bytes.clear();
+                            bytes.extend_from_slice(lines);
+                            bytes
+                        }),
                         bytecount(lines) + u64::from(lines.last() != Some(&b'\n')),
                     ),
                     Piece::TooLong => (None, 1),
@@ -443,6 +456,7 @@ impl<R: NetworkResolver> Ingestor<R> {
             Ok::<u64, std::io::Error>(line)
         })?;
         self.line_no = read - 1;
+        let mut boards = Vec::with_capacity(shards.len());
         for (ingestor, shard) in shards {
             for p in shard.providers() {
                 if board.provider_slot(p.as_str()).is_none() {
@@ -451,11 +465,10 @@ impl<R: NetworkResolver> Ingestor<R> {
                         .map_err(std::io::Error::other)?;
                 }
             }
-            board
-                .merge_owned(shard, threads)
-                .map_err(std::io::Error::other)?;
             self.report.merge(&ingestor.report);
+            boards.push(shard);
         }
+        board.merge_shards(boards).map_err(std::io::Error::other)?;
         Ok(())
     }
 

@@ -1039,50 +1039,88 @@ impl Scoreboard {
         Ok(())
     }
 
-    /// [`Scoreboard::merge`] of a shard given up, on up to `threads` threads: its cells are
-    /// taken whole, not copied, when this scoreboard holds none yet, and otherwise merged
-    /// cell by cell on `threads` threads, each over its own share of the keys (every cell
-    /// merges on its own, so the cells are those of [`Scoreboard::merge`]); both only when
-    /// the two name the same providers with the same bucket length (the parallel ingest's
-    /// shards), else it is [`Scoreboard::merge`].
-    pub(crate) fn merge_owned(
-        &mut self,
-        other: Scoreboard,
-        threads: usize,
-    ) -> Result<(), SteeringError> {
-        if self.providers != other.providers || self.bucket_ms != other.bucket_ms {
-            return self.merge(&other);
-        }
-        self.quality.add(&other.quality);
-        if self.cells.is_empty() {
-            self.cells = other.cells;
-            return Ok(());
-        }
-        let threads = threads.clamp(1, 16) as u64;
-        let share = |packed: u64| (KeyHasher::default().hashed(packed) % threads) as usize;
-        let mut parts: Vec<CellMap> = (0..threads).map(|_| CellMap::default()).collect();
-        for (packed, cell) in std::mem::take(&mut self.cells) {
-            if let Some(part) = parts.get_mut(share(packed)) {
-                part.insert(packed, cell);
+    /// [`Scoreboard::merge`] of shards given up (a parallel ingest's), on one thread a shard,
+    /// cells moved, not copied. Each shard's cells (and this scoreboard's) are first split, on
+    /// a thread of their own, into one share of the keys a thread; each share is then merged on
+    /// its thread (every cell merges on its own, so the cells are those of
+    /// [`Scoreboard::merge`]); the shares, disjoint, are joined last. A shard naming other
+    /// providers, or another bucket length, than this scoreboard is merged by
+    /// [`Scoreboard::merge`] first, on the calling thread.
+    pub(crate) fn merge_shards(&mut self, shards: Vec<Scoreboard>) -> Result<(), SteeringError> {
+        let mut sources: Vec<CellMap> = Vec::with_capacity(shards.len() + 1);
+        for shard in shards {
+            if shard.providers != self.providers || shard.bucket_ms != self.bucket_ms {
+                self.merge(&shard)?;
+                continue;
+            }
+            self.quality.add(&shard.quality);
+            if !shard.cells.is_empty() {
+                sources.push(shard.cells);
             }
         }
-        let other = &other.cells;
+        if !self.cells.is_empty() {
+            sources.push(std::mem::take(&mut self.cells));
+        }
+        let n = sources.len();
+        if n <= 1 {
+            self.cells = sources.pop().unwrap_or_default();
+            return Ok(());
+        }
+        let share = |packed: u64| (KeyHasher::default().hashed(packed) % n as u64) as usize;
+        // Split: `split[source][share]`.
+        let mut split: Vec<Vec<CellMap>> = (0..n).map(|_| Vec::new()).collect();
         std::thread::scope(|scope| {
-            for (i, part) in parts.iter_mut().enumerate() {
+            for (cells, out) in sources.into_iter().zip(split.iter_mut()) {
                 scope.spawn(move || {
-                    for (packed, cell) in other.iter().filter(|(k, _)| share(**k) == i) {
-                        match part.entry(*packed) {
-                            Entry::Occupied(o) => o.into_mut().merge(cell),
-                            Entry::Vacant(v) => {
-                                v.insert(cell.clone());
-                            }
+                    let each = cells.len() / n + 16;
+                    let mut parts: Vec<CellMap> = (0..n)
+                        .map(|_| CellMap::with_capacity_and_hasher(each, Default::default()))
+                        .collect();
+                    for (packed, cell) in cells {
+                        if let Some(part) = parts.get_mut(share(packed)) {
+                            part.insert(packed, cell);
                         }
                     }
+                    *out = parts;
                 });
             }
         });
-        self.cells.reserve(parts.iter().map(HashMap::len).sum());
-        for part in parts {
+        // Transposed: `shares[share]` holds that share of every source.
+        let mut shares: Vec<Vec<CellMap>> = (0..n).map(|_| Vec::with_capacity(n)).collect();
+        for parts in split {
+            for (i, part) in parts.into_iter().enumerate() {
+                if let Some(to) = shares.get_mut(i) {
+                    to.push(part);
+                }
+            }
+        }
+        let mut merged: Vec<CellMap> = (0..n).map(|_| CellMap::default()).collect();
+        std::thread::scope(|scope| {
+            for (mut parts, out) in shares.into_iter().zip(merged.iter_mut()) {
+                scope.spawn(move || {
+                    // The largest part takes in the others.
+                    parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
+                    let mut parts = parts.into_iter();
+                    let mut base = parts.next().unwrap_or_default();
+                    for part in parts {
+                        for (packed, cell) in part {
+                            match base.entry(packed) {
+                                Entry::Occupied(o) => o.into_mut().merge(&cell),
+                                Entry::Vacant(v) => {
+                                    v.insert(cell);
+                                }
+                            }
+                        }
+                    }
+                    *out = base;
+                });
+            }
+        });
+        let mut merged = merged.into_iter();
+        self.cells = merged.next().unwrap_or_default();
+        self.cells
+            .reserve(merged.as_slice().iter().map(HashMap::len).sum());
+        for part in merged {
             self.cells.extend(part);
         }
         Ok(())
@@ -2148,6 +2186,52 @@ mod tests {
                 .to_string()
                 .contains("bucket lengths differ")
         );
+    }
+
+    /// A parallel ingest's merge: shards split and merged on threads of their own, into a
+    /// scoreboard already holding cells, one shard knowing fewer providers (merged apart).
+    #[test]
+    fn shards_merged_on_threads_hold_what_one_scoreboard_would() {
+        let mut whole = board();
+        let mut base = board();
+        let mut shards = [board(), board()];
+        let mut fastly_only =
+            Scoreboard::new(ScoreboardConfig::default().min_samples(10), &[p("fastly")]).unwrap();
+        for i in 0..6_000u64 {
+            let prov = if i % 3 == 0 { "fastly" } else { "cloudflare" };
+            let network = net((i % 53) as u32, if i % 5 == 0 { "DE" } else { "FR" });
+            let value = 20.0 + ((i * 37) % 211) as f64;
+            // Four buckets, out of order within each stretch (late samples too).
+            let at = (i * 3599 / 6_000) ^ (i % 4);
+            whole.insert(&ttfb(&whole, at, prov, network, value));
+            let into = match i % 4 {
+                0 => &mut base,
+                3 if prov == "fastly" => &mut fastly_only,
+                k => &mut shards[(k as usize) % 2],
+            };
+            let s = ttfb(into, at, prov, network, value);
+            into.insert(&s);
+        }
+        let [s1, s2] = shards;
+        base.merge_shards(vec![s1, fastly_only, s2]).unwrap();
+        assert_eq!(base.quality().stored, whole.quality().stored);
+        let now = Timestamp::from_secs(3600);
+        let (x, y) = (
+            base.snapshot(now, Duration::from_secs(3600)),
+            whole.snapshot(now, Duration::from_secs(3600)),
+        );
+        let networks = y.networks(Metric::Ttfb);
+        assert_eq!(x.networks(Metric::Ttfb), networks);
+        assert!(networks.len() > 50);
+        for prov in ["fastly", "cloudflare"] {
+            for network in &networks {
+                let (a, b) = (
+                    x.cell(Metric::Ttfb, *network, &p(prov)),
+                    y.cell(Metric::Ttfb, *network, &p(prov)),
+                );
+                assert_eq!(a, b, "{network:?} {prov}");
+            }
+        }
     }
 
     /// Probe loads of `network`: each user's speed `u` shared by both providers' times
