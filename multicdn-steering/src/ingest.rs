@@ -344,9 +344,7 @@ impl<R: NetworkResolver> Ingestor<R> {
             }
             // The networks in a loop of their own: a few lookups in flight at once.
             for read in &mut batch[..n] {
-                if let Pending::Beacon(raw, network) = read {
-                    *network = self.network(raw);
-                }
+                self.resolve(read);
             }
             for read in &mut batch[..n] {
                 let _ = self.take(std::mem::take(read), board, now);
@@ -511,14 +509,12 @@ impl<R: NetworkResolver> Ingestor<R> {
     pub fn ingest_line(&mut self, line: &[u8], board: &mut Scoreboard) -> Result<usize, BadLine> {
         let now = self.now();
         let mut read = Self::parse(line);
-        if let Pending::Beacon(raw, network) = &mut read {
-            *network = self.network(raw);
-        }
+        self.resolve(&mut read);
         self.take(read, board, now)
     }
 
     /// Reads a line without storing or counting anything: parsed, its network not yet
-    /// resolved ([`Ingestor::network`] fills it in).
+    /// resolved ([`Ingestor::resolve`] fills it in).
     #[inline]
     fn parse<'a>(line: &'a [u8]) -> Pending<'a> {
         let trimmed = line.trim_ascii();
@@ -533,6 +529,14 @@ impl<R: NetworkResolver> Ingestor<R> {
             },
         };
         Pending::Beacon(raw, Ok(ClientNetwork::default()))
+    }
+
+    /// Fills in the network of a beacon [`Ingestor::parse`] read.
+    #[inline]
+    fn resolve(&self, read: &mut Pending<'_>) {
+        if let Pending::Beacon(raw, network) = read {
+            *network = self.network(raw);
+        }
     }
 
     /// Numbers, counts and stores a line [`Ingestor::parse`] read.

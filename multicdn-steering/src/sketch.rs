@@ -744,7 +744,8 @@ impl Counters {
     }
 }
 
-/// The bins of a bucket still being written: one counter per bin over the range of bins its
+/// The counters of a bucket still being written, once its first few values spill out of
+/// [`OpenBins`]: one counter per bin over the range of bins its
 /// values have reached (widened by an eighth of its length, at least four bins, whenever a
 /// value falls outside), so adding a value is one indexed increment. A counter is a byte, the
 /// rare bin past 255 keeping its 256s in a short side list; when that list would cost more
