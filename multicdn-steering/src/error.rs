@@ -36,6 +36,15 @@ pub enum SteeringError {
         /// Why it was refused.
         why: &'static str,
     },
+    /// A line of a prefix table ([`crate::resolve::PrefixTable::from_lines`]) that could not
+    /// be read.
+    #[error("line {line}: {source}")]
+    PrefixTableLine {
+        /// The 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        source: Box<SteeringError>,
+    },
     /// Two scoreboards or sketches that cannot be merged.
     #[error("cannot merge: {0}")]
     Merge(String),

@@ -107,7 +107,9 @@ impl fmt::Debug for PrefixTable {
 /// Collects prefixes, then builds a [`PrefixTable`]. A prefix given twice keeps the last value.
 #[derive(Debug, Clone, Default)]
 pub struct PrefixTableBuilder {
-    v4: Vec<(u128, u128, u32)>,
+    /// IPv4 prefixes: first address, last address, value index (the insertion count).
+    v4: Vec<(u32, u32, u32)>,
+    /// IPv6 prefixes, the same way.
     v6: Vec<(u128, u128, u32)>,
     values: Vec<ClientNetwork>,
 }
@@ -124,6 +126,12 @@ impl PrefixTableBuilder {
         Ok(self)
     }
 
+    /// Room for `n` more prefixes.
+    fn reserve(&mut self, n: usize) {
+        self.v4.reserve(n);
+        self.values.reserve(n);
+    }
+
     /// Adds a parsed prefix (`len` at most the address's bits).
     fn insert_parsed(&mut self, addr: IpAddr, len: u8, network: ClientNetwork) {
         let idx = self.values.len() as u32;
@@ -131,7 +139,7 @@ impl PrefixTableBuilder {
         match addr {
             IpAddr::V4(a) => {
                 let (s, e) = range(u128::from(u32::from(a)), len, 32);
-                self.v4.push((s, e, idx));
+                self.v4.push((s as u32, e as u32, idx));
             }
             IpAddr::V6(a) => {
                 let (s, e) = range(u128::from(a), len, 128);
@@ -141,21 +149,25 @@ impl PrefixTableBuilder {
     }
 
     /// The table.
-    pub fn build(self) -> PrefixTable {
+    pub fn build(mut self) -> PrefixTable {
         let values = &self.values;
-        let (v4_starts, v4): (Vec<u32>, Vec<(u32, ClientNetwork)>) =
-            flatten_sorted(sort_v4(self.v4))
-                .into_iter()
-                .map(|(s, e, v)| {
-                    let net = values.get(v as usize).copied().unwrap_or_default();
-                    (s as u32, (e as u32, net))
-                })
-                .unzip();
+        sort_prefixes(&mut self.v4);
+        // Nesting splits a range in at most two around each prefix inside it.
+        let mut v4_starts = Vec::with_capacity(self.v4.len() * 2 + 1);
+        let mut v4 = Vec::with_capacity(self.v4.len() * 2 + 1);
+        flatten_sorted(&self.v4, |s, e, v| {
+            v4_starts.push(s);
+            v4.push((e, values.get(v as usize).copied().unwrap_or_default()));
+        });
+        v4_starts.shrink_to_fit();
+        v4.shrink_to_fit();
         let v4_blocks = blocks(v4_starts.iter().map(|s| u128::from(*s)), 16);
-        let (v6_starts, v6): (Vec<u128>, Vec<(u128, u32)>) = flatten(self.v6)
-            .into_iter()
-            .map(|(s, e, v)| (s, (e, v)))
-            .unzip();
+        sort_prefixes(&mut self.v6);
+        let (mut v6_starts, mut v6) = (Vec::new(), Vec::new());
+        flatten_sorted(&self.v6, |s, e, v| {
+            v6_starts.push(s);
+            v6.push((e, v));
+        });
         let v6_blocks = blocks(v6_starts.iter().copied(), 112);
         PrefixTable {
             v4_starts,
@@ -177,16 +189,22 @@ impl PrefixTable {
 
     /// Reads lines of `prefix asn country` (`203.0.113.0/24 AS64500 DE`); `-` for unknown,
     /// `#` starts a comment, blank lines are skipped. The ASN may be written with or without `AS`.
+    /// A line that cannot be read is a [`SteeringError::PrefixTableLine`] naming it.
     pub fn from_lines(text: &str) -> Result<PrefixTable, SteeringError> {
         let mut b = PrefixTable::builder();
-        for line in lines(text) {
+        b.reserve(memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1);
+        for (n, line) in lines(text).enumerate() {
             // The common shape (`203.0.113.0/24 AS64500 DE`) read in one pass; anything else,
             // or anything it would refuse, the general reading below.
             if let Some((addr, len, network)) = table_line_fast(line) {
                 b.insert_parsed(addr, len, network);
                 continue;
             }
-            if let Some((addr, len, network)) = table_line(line)? {
+            let read = table_line(line).map_err(|e| SteeringError::PrefixTableLine {
+                line: n + 1,
+                source: Box::new(e),
+            })?;
+            if let Some((addr, len, network)) = read {
                 b.insert_parsed(addr, len, network);
             }
         }
@@ -518,69 +536,72 @@ fn digits(b: &[u8], i: usize, max: usize) -> Option<(u64, usize)> {
     (j > i).then_some((v, j))
 }
 
-/// IPv4 prefixes sorted as [`flatten`] sorts them, each as one `u128` key (start, then the
-/// end reversed, then the insertion): an integer sort, not a sort of tuples.
-fn sort_v4(prefixes: Vec<(u128, u128, u32)>) -> Vec<(u128, u128, u32)> {
-    let mut keys: Vec<u128> = prefixes
-        .iter()
-        .map(|&(s, e, v)| {
-            // IPv4 ranges: both ends below 2^32.
-            let (s, e) = (s as u32, e as u32);
-            (u128::from(s) << 64) | (u128::from(u32::MAX - e) << 32) | u128::from(v)
-        })
-        .collect();
-    keys.sort_unstable();
-    keys.into_iter()
-        .map(|k| {
-            let s = (k >> 64) as u32;
-            let e = u32::MAX - (k >> 32) as u32;
-            (u128::from(s), u128::from(e), k as u32)
-        })
-        .collect()
+/// An address of either family, as the prefix flattening needs it.
+trait Address: Copy + Ord {
+    const ZERO: Self;
+    fn next(self) -> Option<Self>;
+    fn prev(self) -> Self;
 }
 
-/// Turns nested prefixes into disjoint ranges, each owned by its most specific prefix.
-fn flatten(mut prefixes: Vec<(u128, u128, u32)>) -> Vec<(u128, u128, u32)> {
-    // Larger first at equal starts; equal prefixes keep insertion order (the value index
-    // counts insertions), so the last wins.
-    prefixes.sort_unstable_by_key(|&(s, e, v)| (s, std::cmp::Reverse(e), v));
-    flatten_sorted(prefixes)
+impl Address for u32 {
+    const ZERO: Self = 0;
+    fn next(self) -> Option<Self> {
+        self.checked_add(1)
+    }
+    fn prev(self) -> Self {
+        self - 1
+    }
 }
 
-/// [`flatten`] of prefixes already in its order.
-fn flatten_sorted(prefixes: Vec<(u128, u128, u32)>) -> Vec<(u128, u128, u32)> {
-    let mut out: Vec<(u128, u128, u32)> = Vec::with_capacity(prefixes.len());
-    let mut stack: Vec<(u128, u32)> = Vec::new();
-    let mut cursor: Option<u128> = Some(0);
-    let emit = |out: &mut Vec<(u128, u128, u32)>, cursor: Option<u128>, end: u128, v: u32| {
+impl Address for u128 {
+    const ZERO: Self = 0;
+    fn next(self) -> Option<Self> {
+        self.checked_add(1)
+    }
+    fn prev(self) -> Self {
+        self - 1
+    }
+}
+
+/// Sorts prefixes by start, the larger first at equal starts; equal prefixes keep their
+/// insertion order (a stable sort), so the last given wins when flattened.
+fn sort_prefixes<A: Address>(prefixes: &mut [(A, A, u32)]) {
+    prefixes.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+}
+
+/// Turns nested prefixes, in [`sort_prefixes`]'s order, into disjoint ranges, each owned by
+/// its most specific prefix: `emit(first, last, value)` for each range, ascending.
+fn flatten_sorted<A: Address>(prefixes: &[(A, A, u32)], mut emit: impl FnMut(A, A, u32)) {
+    let mut stack: Vec<(A, u32)> = Vec::new();
+    let mut cursor: Option<A> = Some(A::ZERO);
+    let mut close = |cursor: Option<A>, end: A, v: u32| {
         if let Some(c) = cursor
             && c <= end
         {
-            out.push((c, end, v));
+            emit(c, end, v);
         }
     };
-    for (s, e, v) in prefixes {
+    for &(s, e, v) in prefixes {
         while let Some(&(top_end, top_v)) = stack.last() {
             if top_end >= s {
                 break;
             }
-            emit(&mut out, cursor, top_end, top_v);
-            cursor = top_end.checked_add(1);
+            close(cursor, top_end, top_v);
+            cursor = top_end.next();
             stack.pop();
         }
         if let (Some(&(_, top_v)), Some(c)) = (stack.last(), cursor)
             && c < s
         {
-            out.push((c, s - 1, top_v));
+            close(Some(c), s.prev(), top_v);
         }
         cursor = Some(s);
         stack.push((e, v));
     }
     while let Some((top_end, top_v)) = stack.pop() {
-        emit(&mut out, cursor, top_end, top_v);
-        cursor = top_end.checked_add(1);
+        close(cursor, top_end, top_v);
+        cursor = top_end.next();
     }
-    out
 }
 
 #[cfg(feature = "maxmind")]
@@ -1061,11 +1082,12 @@ mod tests {
             let len = (x % 4) as u8 * 8 + (x >> 8) as u8 % 2;
             let addr = u128::from((x >> 16) as u32 & 0xff00_0000);
             let (s, e) = range(addr, len, 32);
-            prefixes.push((s, e, v));
+            prefixes.push((s as u32, e as u32, v));
         }
         let mut tuples = prefixes.clone();
         tuples.sort_unstable_by_key(|&(s, e, v)| (s, std::cmp::Reverse(e), v));
-        assert_eq!(sort_v4(prefixes), tuples);
+        sort_prefixes(&mut prefixes);
+        assert_eq!(prefixes, tuples);
     }
 
     #[test]
@@ -1080,6 +1102,14 @@ mod tests {
         assert_eq!(asn("12.1.1.1"), Some(64502));
         assert!(PrefixTable::from_lines("10.0.0.0/8 ASx").is_err());
         assert!(PrefixTable::from_lines("10.0.0.01/8 AS1").is_err());
+        // A refused line is named by its number, comments and blank lines counted.
+        let err = PrefixTable::from_lines("# table\n10.0.0.0/8 AS1 DE\n\n10.0.0.0/33 AS2 DE\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("line 4: invalid prefix \"10.0.0.0/33\""),
+            "{err}"
+        );
     }
 
     fn prefixes() -> impl Strategy<Value = Vec<(u32, u8)>> {
