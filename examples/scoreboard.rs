@@ -25,7 +25,7 @@
 //! The input is read once, a block at a time: memory holds the scoreboard and a few MiB of
 //! input whatever the input's size (a line longer than 64 KiB is counted as not JSON and
 //! skipped). `--threads N` parses on N threads, each into its own shard of the scoreboard,
-//! merged at the end, and the window is read on N threads too (`scripts/ingest-vs-duckdb`
+//! read together at the end without being merged, and the window is read on N threads too (`scripts/ingest-vs-duckdb`
 //! measures both against DuckDB).
 //!
 //! `examples/data/beacons.ndjson` is a small sample: 300 navigation and probe beacons from six
@@ -76,7 +76,8 @@ struct Cli {
     /// Samples a cell needs to steer (default: the policy's rum.min_samples, or 200).
     #[arg(long, value_name = "N")]
     min_samples: Option<u64>,
-    /// Threads that parse and count (shards merged at the end); 1 reads on one thread.
+    /// Threads that parse and count (each into a shard, the shards read together at the end);
+    /// 1 reads on one thread.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     threads: u16,
 }
@@ -126,7 +127,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         .retention(window.max(bucket))
         .fresh_for(window.max(bucket))
         .min_samples(min_samples);
-    let mut board = Scoreboard::new(config, &providers)
+    let like = Scoreboard::new(config, &providers)
         .map_err(|e| Fail::error(format!("error: scoreboard: {e}")))?;
 
     let resolver: Arc<dyn NetworkResolver> = match &cli.prefixes {
@@ -157,10 +158,9 @@ fn run(cli: Cli) -> Result<u8, Fail> {
             file.map(|f| Box::new(f) as Box<dyn std::io::Read>),
         )
     };
-    input
-        .and_then(|input| {
-            ingest.ingest_reader_parallel(input, &mut board, usize::from(cli.threads))
-        })
+    // With --threads N, N shards read as one: their window is read without merging them.
+    let board = input
+        .and_then(|input| ingest.ingest_reader_shards(input, &like, usize::from(cli.threads)))
         .map_err(|e| Fail::error(format!("error: cannot read {name}: {e}")))?;
     let report = ingest.take_report();
     let now = at.or(report.newest).unwrap_or(Timestamp::EPOCH);
@@ -205,9 +205,13 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         report.unresolved
     );
     common::out!(
-        "scoreboard: {} cells in {:.1} MiB",
+        "scoreboard: {} cells in {:.1} MiB{}",
         board.cells(),
-        board.heap_bytes() as f64 / f64::from(1u32 << 20)
+        board.heap_bytes() as f64 / f64::from(1u32 << 20),
+        match board.shards() {
+            1 => String::new(),
+            n => format!(" ({n} shards)"),
+        }
     );
     let bad = report.bad_lines();
     if bad.is_empty() {
@@ -244,5 +248,8 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         common::out!("\n== probe beacons: p75 fetch time by provider by country (availability)");
         common::out_part!("{}", dashboard(&snapshot, Metric::Probe, &providers));
     }
+    // The process ends here: the system takes the memory back at once, where dropping the
+    // board and the snapshot would free their hundreds of thousands of allocations one by one.
+    std::mem::forget((board, snapshot, ingest));
     Ok(OK)
 }

@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::beacon::ClientNetwork;
 use crate::resolve::NetworkResolver;
-use crate::scoreboard::{Metric, ProviderSlot, Recorded, Sample, Scoreboard};
+use crate::scoreboard::{Metric, ProviderSlot, Recorded, Sample, Scoreboard, ScoreboardShards};
 
 /// Why a line was skipped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -390,6 +390,58 @@ impl<R: NetworkResolver> Ingestor<R> {
         if threads <= 1 {
             return self.ingest_reader(reader, board);
         }
+        let shards = self.read_shards(reader, board, threads)?;
+        for shard in &shards {
+            for p in shard.providers() {
+                if board.provider_slot(p.as_str()).is_none() {
+                    board
+                        .add_provider(p.clone())
+                        .map_err(std::io::Error::other)?;
+                }
+            }
+        }
+        board.merge_shards(shards).map_err(std::io::Error::other)?;
+        Ok(())
+    }
+
+    /// [`ingest_reader_parallel`](Ingestor::ingest_reader_parallel) into shards that are kept
+    /// apart, each a scoreboard with `like`'s settings and providers, read as one by
+    /// [`ScoreboardShards`]: what a reader that only reads the window at the end wants, since
+    /// reading shards costs less than merging them. `threads` of 0 or 1 makes one shard, read
+    /// on the calling thread.
+    pub fn ingest_reader_shards(
+        &mut self,
+        reader: impl Read,
+        like: &Scoreboard,
+        threads: usize,
+    ) -> std::io::Result<ScoreboardShards>
+    where
+        R: Clone + Send,
+    {
+        let fresh = || {
+            Scoreboard::new(like.config().clone(), like.providers()).map_err(std::io::Error::other)
+        };
+        let shards = if threads <= 1 {
+            let mut board = fresh()?;
+            self.ingest_reader(reader, &mut board)?;
+            vec![board]
+        } else {
+            self.read_shards(reader, like, threads)?
+        };
+        ScoreboardShards::new(shards).map_err(std::io::Error::other)
+    }
+
+    /// Reads a stream on `threads` (at least two) worker threads, each into a new scoreboard
+    /// with `like`'s settings and providers; the reports are added to this ingestor's.
+    fn read_shards(
+        &mut self,
+        reader: impl Read,
+        like: &Scoreboard,
+        threads: usize,
+    ) -> std::io::Result<Vec<Scoreboard>>
+    where
+        R: Clone + Send,
+    {
         const CHUNK: usize = 4 * BLOCK;
         let mut shards: Vec<(Ingestor<R>, Scoreboard)> = (0..threads)
             .map(|_| {
@@ -402,7 +454,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                     line_no: 0,
                     discover: self.discover,
                 };
-                let shard = Scoreboard::new(board.config().clone(), board.providers())
+                let shard = Scoreboard::new(like.config().clone(), like.providers())
                     .map_err(std::io::Error::other)?;
                 Ok((ingestor, shard))
             })
@@ -456,18 +508,10 @@ impl<R: NetworkResolver> Ingestor<R> {
         self.line_no = read - 1;
         let mut boards = Vec::with_capacity(shards.len());
         for (ingestor, shard) in shards {
-            for p in shard.providers() {
-                if board.provider_slot(p.as_str()).is_none() {
-                    board
-                        .add_provider(p.clone())
-                        .map_err(std::io::Error::other)?;
-                }
-            }
             self.report.merge(&ingestor.report);
             boards.push(shard);
         }
-        board.merge_shards(boards).map_err(std::io::Error::other)?;
-        Ok(())
+        Ok(boards)
     }
 
     /// Ingests one block a shard was handed.
@@ -1873,7 +1917,7 @@ mod tests {
     }
 
     #[test]
-    fn two_shards_give_the_cells_and_report_of_one_reader() {
+    fn two_shards_merged_or_read_apart_give_the_cells_and_report_of_one_reader() {
         use crate::sim::beacons::LogSpec;
         let spec = LogSpec {
             lines: 120_000,
@@ -1909,6 +1953,17 @@ mod tests {
         };
         let (one, one_report) = run(1);
         let (two, two_report) = run(2);
+        // Two shards kept apart, read as one.
+        let mut ing = Ingestor::new(table.clone())
+            .received_at(end)
+            .discover_providers(12);
+        let like = Scoreboard::new(config.clone(), &[]).unwrap();
+        let apart = ing.ingest_reader_shards(&log[..], &like, 2).unwrap();
+        assert_eq!(&one_report, ing.report());
+        assert_eq!(one.providers(), apart.providers());
+        assert_eq!(one.cells(), apart.cells());
+        assert_eq!(one.quality(), apart.quality());
+        let read_apart = apart.snapshot_on(end, config.retention, 2);
         assert_eq!(one_report, two_report);
         assert_eq!(one_report.lines, 120_002);
         // Every shard's examples name the line in the whole input.
@@ -1931,6 +1986,7 @@ mod tests {
                     let (x, y) = (a.cell(metric, network, p), b.cell(metric, network, p));
                     assert_eq!(x.stats.samples, y.stats.samples, "{network:?} {p}");
                     assert_eq!(x.stats.p75, y.stats.p75, "{network:?} {p}");
+                    assert_eq!(x, read_apart.cell(metric, network, p), "{network:?} {p}");
                 }
             }
         }

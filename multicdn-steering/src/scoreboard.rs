@@ -475,56 +475,48 @@ impl Cell {
         self.merge_bucket(o.index, o.failures, o.newest, &o.bins.bins());
     }
 
-    /// Every bucket with `first <= index <= last` added up.
-    /// Adds the buckets up to `last`, newest first, and pushes one aggregate each time the
-    /// pass is about to step past a window: `firsts` are the windows' first buckets, newest
-    /// first, and `out` receives one aggregate per entry, in that order.
-    fn add_windows(&self, firsts: &[u32], last: u32, acc: &mut Accumulator, out: &mut Vec<Agg>) {
+    /// Adds the buckets of `cells` (one key's cells, in one scoreboard or several) up to
+    /// `last` and pushes one aggregate a window: `firsts` are the windows' first buckets,
+    /// newest first, and `out` receives one aggregate per entry, in that order, each holding
+    /// every bucket from its first to `last`. A cell holds a few buckets, so each window's
+    /// stretch is found by looking at them all.
+    fn add_windows(
+        cells: &[&Cell],
+        firsts: &[u32],
+        last: u32,
+        acc: &mut Accumulator,
+        out: &mut Vec<Agg>,
+    ) {
         let (mut failures, mut newest) = (0u64, 0u64);
-        let mut next = 0;
-        let mut emit =
-            |acc: &Accumulator, failures: u64, newest: u64, upto: u32, next: &mut usize| {
-                while let Some(&first) = firsts.get(*next) {
-                    if upto >= first {
-                        break;
+        // The newest bucket not yet added; `None` once bucket 0 is in.
+        let mut upper = Some(last);
+        for &first in firsts {
+            if let Some(hi) = upper.filter(|hi| first <= *hi) {
+                for cell in cells {
+                    let open = &cell.open;
+                    if (first..=hi).contains(&open.index) {
+                        open.bins.add_to(acc);
+                        failures += u64::from(open.failures);
+                        newest = newest.max(open.newest);
                     }
-                    out.push(Agg {
-                        sketch: acc.to_sketch(),
-                        failures,
-                        newest,
-                    });
-                    *next += 1;
+                    for b in cell.closed.iter().rev() {
+                        if b.index < first {
+                            break;
+                        }
+                        if b.index <= hi {
+                            b.bins.add_to(acc);
+                            failures += u64::from(b.failures);
+                            newest = newest.max(b.newest);
+                        }
+                    }
                 }
-            };
-        let open = std::iter::once((self.open.index, self.open.failures, self.open.newest, None));
-        let closed = self
-            .closed
-            .iter()
-            .rev()
-            .map(|b| (b.index, b.failures, b.newest, Some(&b.bins)));
-        for (index, f, n, packed) in open.chain(closed) {
-            if index > last {
-                continue;
+                upper = first.checked_sub(1);
             }
-            emit(acc, failures, newest, index, &mut next);
-            if next >= firsts.len() {
-                return;
-            }
-            match packed {
-                Some(bins) => bins.add_to(acc),
-                None => self.open.bins.add_to(acc),
-            }
-            failures += u64::from(f);
-            newest = newest.max(n);
-        }
-        // The windows reaching past the oldest bucket hold everything.
-        while next < firsts.len() {
             out.push(Agg {
                 sketch: acc.to_sketch(),
                 failures,
                 newest,
             });
-            next += 1;
         }
     }
 
@@ -1248,78 +1240,7 @@ impl Scoreboard {
         windows: &[Duration],
         threads: usize,
     ) -> Vec<Snapshot> {
-        let current = self.bucket_at(now);
-        let firsts: Vec<u32> = windows
-            .iter()
-            .map(|window| {
-                let span = u32::try_from(
-                    u64::try_from(window.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .div_ceil(self.bucket_ms),
-                )
-                .unwrap_or(u32::MAX)
-                .max(1);
-                current.saturating_sub(span - 1)
-            })
-            .collect();
-        // The pass visits windows from the newest first bucket to the oldest.
-        let mut order: Vec<usize> = (0..windows.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(firsts[i]));
-        let ordered_firsts: Vec<u32> = order.iter().map(|&i| firsts[i]).collect();
-        let read = |cells: &mut dyn Iterator<Item = (&u64, &Cell)>| -> Vec<Parts> {
-            let mut parts: Vec<Parts> = windows.iter().map(|_| Parts::default()).collect();
-            let mut acc = Accumulator::new();
-            let mut aggs: Vec<Agg> = Vec::with_capacity(windows.len());
-            for (packed, cell) in cells {
-                let key = BaseKey::unpack(*packed);
-                acc.clear();
-                aggs.clear();
-                cell.add_windows(&ordered_firsts, current, &mut acc, &mut aggs);
-                for (agg, &w) in aggs.drain(..).zip(&order) {
-                    if let Some(p) = parts.get_mut(w) {
-                        p.add(key, agg);
-                    }
-                }
-            }
-            parts
-        };
-        let threads = threads.clamp(1, 16);
-        let parts = if threads == 1 || self.cells.len() < 65_536 {
-            read(&mut self.cells.iter())
-        } else {
-            // An ASN's cells (in every country) go to one thread: its cuts are whole there.
-            let asn_share =
-                |packed: u64| (KeyHasher::default().hashed(packed >> 28) % threads as u64) as usize;
-            let mut read_by: Vec<Vec<Parts>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..threads)
-                    .map(|i| {
-                        let read = &read;
-                        scope.spawn(move || {
-                            read(&mut self.cells.iter().filter(|(k, _)| asn_share(**k) == i))
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                    })
-                    .collect()
-            });
-            let mut parts = read_by.remove(0);
-            for other in read_by {
-                for (p, o) in parts.iter_mut().zip(other) {
-                    p.absorb(o);
-                }
-            }
-            parts
-        };
-        parts
-            .into_iter()
-            .zip(windows)
-            .map(|(p, &window)| p.into_snapshot(self, now, window))
-            .collect()
+        read_snapshots(&[self], now, windows, threads)
     }
 
     /// [`Scoreboard::snapshot`] on up to `threads` threads (see [`Scoreboard::snapshots_on`]).
@@ -1335,6 +1256,228 @@ impl Scoreboard {
             .pop()
             .unwrap_or_else(|| Parts::default().into_snapshot(self, now, window))
     }
+}
+
+/// Scoreboards that each hold part of one stream (the shards of a parallel ingest,
+/// [`crate::ingest::Ingestor::ingest_reader_shards`]), read as one without merging them: a key
+/// several shards hold is read once, its cells' buckets added together, so a snapshot is that
+/// of the shards merged, at the cost of reading them rather than of re-packing every bucket
+/// two shards share. [`ScoreboardShards::merged`] makes them one scoreboard, for a caller that
+/// goes on writing. As with [`Scoreboard::merge`], a window longer than the retention may hold
+/// buckets one scoreboard fed everything would have dropped (a shard drops a cell's old buckets
+/// only when a newer one opens in that shard).
+#[derive(Debug, Clone)]
+pub struct ScoreboardShards {
+    /// Never empty.
+    boards: Vec<Scoreboard>,
+    /// The first shard's settings and providers, for the snapshots.
+    like: Scoreboard,
+}
+
+impl ScoreboardShards {
+    /// The shards, read as one. They must share a bucket length; they may know different
+    /// providers (each learnt its own from the beacons): each then learns the others', so
+    /// they name the same.
+    pub fn new(mut boards: Vec<Scoreboard>) -> Result<ScoreboardShards, SteeringError> {
+        let Some(first) = boards.first() else {
+            return Err(SteeringError::Merge("no scoreboard to read".into()));
+        };
+        let bucket_ms = first.bucket_ms;
+        let first_like = first.empty_like();
+        if let Some(other) = boards.iter().find(|b| b.bucket_ms != bucket_ms) {
+            return Err(SteeringError::Merge(format!(
+                "bucket lengths differ ({bucket_ms} ms in the first, {} ms in another); shards must share one bucket length",
+                other.bucket_ms
+            )));
+        }
+        let mut all: Vec<ProviderId> = boards
+            .iter()
+            .flat_map(|b| b.providers.iter().cloned())
+            .collect();
+        all.sort();
+        all.dedup();
+        for board in &mut boards {
+            if board.providers != all {
+                for p in &all {
+                    board.add_provider(p.clone())?;
+                }
+            }
+        }
+        let like = boards
+            .first()
+            .map_or_else(|| first_like, Scoreboard::empty_like);
+        Ok(ScoreboardShards { boards, like })
+    }
+
+    /// How many shards.
+    pub fn shards(&self) -> usize {
+        self.boards.len()
+    }
+
+    /// The providers, sorted (every shard names these).
+    pub fn providers(&self) -> &[ProviderId] {
+        self.like.providers()
+    }
+
+    /// What the shards kept and dropped, added up.
+    pub fn quality(&self) -> Quality {
+        let mut q = Quality::default();
+        for b in &self.boards {
+            q.add(&b.quality);
+        }
+        q
+    }
+
+    /// How many base cells hold data (a key several shards hold counts once).
+    pub fn cells(&self) -> usize {
+        self.boards
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let earlier = self.boards.get(..i).unwrap_or_default();
+                b.cells
+                    .keys()
+                    .filter(|k| !earlier.iter().any(|e| e.cells.contains_key(*k)))
+                    .count()
+            })
+            .sum()
+    }
+
+    /// Bytes the shards hold on the heap ([`Scoreboard::heap_bytes`] of each, added up).
+    pub fn heap_bytes(&self) -> usize {
+        self.boards.iter().map(Scoreboard::heap_bytes).sum()
+    }
+
+    /// [`Scoreboard::snapshots_on`] of the shards read as one: the snapshots of the shards
+    /// merged.
+    pub fn snapshots_on(
+        &self,
+        now: Timestamp,
+        windows: &[Duration],
+        threads: usize,
+    ) -> Vec<Snapshot> {
+        let boards: Vec<&Scoreboard> = self.boards.iter().collect();
+        read_snapshots(&boards, now, windows, threads)
+    }
+
+    /// [`ScoreboardShards::snapshots_on`] of one window.
+    pub fn snapshot_on(&self, now: Timestamp, window: Duration, threads: usize) -> Snapshot {
+        self.snapshots_on(now, &[window], threads)
+            .pop()
+            .unwrap_or_else(|| Parts::default().into_snapshot(&self.like, now, window))
+    }
+
+    /// The shards merged into one scoreboard (on one thread a shard; see
+    /// [`Scoreboard::merge`]).
+    pub fn merged(self) -> Scoreboard {
+        let mut board = self.like;
+        // Same providers and bucket length as `like`: no merge can fail.
+        let _ = board.merge_shards(self.boards);
+        board
+    }
+}
+
+/// [`Scoreboard::snapshots_on`] of `boards` read as one (they name the same providers, with
+/// the same bucket length, as [`ScoreboardShards`] makes them): a key held by several boards
+/// is read once, its cells' buckets added together, so the snapshots are those of the boards
+/// merged.
+fn read_snapshots(
+    boards: &[&Scoreboard],
+    now: Timestamp,
+    windows: &[Duration],
+    threads: usize,
+) -> Vec<Snapshot> {
+    let Some(first_board) = boards.first() else {
+        return Vec::new();
+    };
+    let current = first_board.bucket_at(now);
+    let firsts: Vec<u32> = windows
+        .iter()
+        .map(|window| {
+            let span = u32::try_from(
+                u64::try_from(window.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .div_ceil(first_board.bucket_ms),
+            )
+            .unwrap_or(u32::MAX)
+            .max(1);
+            current.saturating_sub(span - 1)
+        })
+        .collect();
+    // The pass visits windows from the newest first bucket to the oldest.
+    let mut order: Vec<usize> = (0..windows.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(firsts[i]));
+    let ordered_firsts: Vec<u32> = order.iter().map(|&i| firsts[i]).collect();
+    // Reads the cells `take` picks (by packed key) of every board.
+    let read = |take: &dyn Fn(u64) -> bool| -> Vec<Parts> {
+        let mut parts: Vec<Parts> = windows.iter().map(|_| Parts::default()).collect();
+        let mut acc = Accumulator::new();
+        let mut aggs: Vec<Agg> = Vec::with_capacity(windows.len());
+        let mut group: Vec<&Cell> = Vec::with_capacity(boards.len());
+        for (i, board) in boards.iter().enumerate() {
+            for (packed, cell) in &board.cells {
+                // A key an earlier board holds was read with it.
+                if !take(*packed)
+                    || boards
+                        .get(..i)
+                        .is_some_and(|earlier| earlier.iter().any(|b| b.cells.contains_key(packed)))
+                {
+                    continue;
+                }
+                group.clear();
+                group.push(cell);
+                if let Some(later) = boards.get(i + 1..) {
+                    group.extend(later.iter().filter_map(|b| b.cells.get(packed)));
+                }
+                let key = BaseKey::unpack(*packed);
+                acc.clear();
+                aggs.clear();
+                Cell::add_windows(&group, &ordered_firsts, current, &mut acc, &mut aggs);
+                for (agg, &w) in aggs.drain(..).zip(&order) {
+                    if let Some(p) = parts.get_mut(w) {
+                        p.add(key, agg);
+                    }
+                }
+            }
+        }
+        parts
+    };
+    let threads = threads.clamp(1, 16);
+    let cells: usize = boards.iter().map(|b| b.cells.len()).sum();
+    let parts = if threads == 1 || cells < 65_536 {
+        read(&|_| true)
+    } else {
+        // An ASN's cells (in every country) go to one thread: its cuts are whole there.
+        let asn_share =
+            |packed: u64| (KeyHasher::default().hashed(packed >> 28) % threads as u64) as usize;
+        let mut read_by: Vec<Vec<Parts>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|i| {
+                    let read = &read;
+                    scope.spawn(move || read(&|packed| asn_share(packed) == i))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        let mut parts = read_by.remove(0);
+        for other in read_by {
+            for (p, o) in parts.iter_mut().zip(other) {
+                p.absorb(o);
+            }
+        }
+        parts
+    };
+    parts
+        .into_iter()
+        .zip(windows)
+        .map(|(p, &window)| p.into_snapshot(first_board, now, window))
+        .collect()
 }
 
 /// The shard of `shards` a packed key's network (the bits above metric and provider) is in.

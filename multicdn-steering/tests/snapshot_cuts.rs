@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use multicdn_core::{Country, NetworkKey, ProviderId, Timestamp};
 use multicdn_steering::beacon::ClientNetwork;
-use multicdn_steering::scoreboard::{Metric, Sample, Scoreboard, ScoreboardConfig};
+use multicdn_steering::scoreboard::{
+    Metric, Sample, Scoreboard, ScoreboardConfig, ScoreboardShards, Snapshot,
+};
 use multicdn_steering::sketch::Sketch;
 
 const T0: u64 = 1_700_000_000_000;
@@ -93,22 +95,22 @@ fn every_cut_holds_the_samples_of_the_networks_it_covers() {
     }
 }
 
-#[test]
-fn a_snapshot_read_on_several_threads_is_the_one_read_on_one() {
-    let providers = [
+/// The providers of [`fill`].
+fn three_providers() -> [ProviderId; 3] {
+    [
         ProviderId::new("akamai").unwrap(),
         ProviderId::new("cloudfront").unwrap(),
         ProviderId::new("fastly").unwrap(),
-    ];
-    let mut board = Scoreboard::new(ScoreboardConfig::default(), &providers).unwrap();
+    ]
+}
+
+/// Enough networks for the threads to be used (65,536 cells or more): 25,000 ASNs, some in
+/// two countries, with probe times (and pairs), navigations and hits, over 3 hours; the
+/// `i`-th load goes into `boards[pick(i)]`.
+fn fill(boards: &mut [Scoreboard], pick: impl Fn(u64) -> usize) {
+    let providers = three_providers();
     let countries = ["US", "CA", "GB", "DE", "JP", "BR", "IN"];
-    let slots: Vec<_> = providers
-        .iter()
-        .map(|p| board.provider_slot(p.as_str()).unwrap())
-        .collect();
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    // Enough networks for the threads to be used (65,536 cells or more): 25,000 ASNs, some
-    // in two countries, with probe times (and pairs), navigations and hits, over 3 hours.
     for i in 0..400_000u64 {
         x ^= x << 13;
         x ^= x >> 7;
@@ -121,6 +123,11 @@ fn a_snapshot_read_on_several_threads_is_the_one_read_on_one() {
         );
         let at = Timestamp::from_millis(T0 + i * 27);
         let ms = 15.0 + ((x >> 20) % 700) as f64;
+        let board = &mut boards[pick(i)];
+        let slots: Vec<_> = providers
+            .iter()
+            .map(|p| board.provider_slot(p.as_str()).unwrap())
+            .collect();
         let slot = slots[((x >> 12) % 3) as usize];
         if i.is_multiple_of(4) {
             let times: Vec<_> = slots
@@ -142,13 +149,13 @@ fn a_snapshot_read_on_several_threads_is_the_one_read_on_one() {
             board.insert_navigation(at, slot, network, ms, i.is_multiple_of(3));
         }
     }
-    assert!(board.cells() >= 65_536, "{} cells", board.cells());
-    let now = Timestamp::from_millis(T0 + 400_000 * 27);
-    let windows = [Duration::from_secs(1_800), Duration::from_secs(3 * 3_600)];
-    let one = board.snapshots_on(now, &windows, 1);
-    let three = board.snapshots_on(now, &windows, 3);
-    assert_eq!(one.len(), 2);
-    for (a, b) in one.iter().zip(&three) {
+}
+
+/// Every cut, dominant country and pairing of `b` is `a`'s.
+fn same_snapshots(a: &[Snapshot], b: &[Snapshot]) {
+    let providers = three_providers();
+    assert_eq!(a.len(), b.len());
+    for (a, b) in a.iter().zip(b) {
         for metric in [Metric::Ttfb, Metric::TtfbHit, Metric::Probe] {
             let networks = a.networks(metric);
             assert!(networks.len() > 1_000, "{metric:?}: {}", networks.len());
@@ -168,4 +175,54 @@ fn a_snapshot_read_on_several_threads_is_the_one_read_on_one() {
             );
         }
     }
+}
+
+const NOW: u64 = T0 + 400_000 * 27;
+const WINDOWS: [Duration; 2] = [Duration::from_secs(1_800), Duration::from_secs(3 * 3_600)];
+
+#[test]
+fn a_snapshot_read_on_several_threads_is_the_one_read_on_one() {
+    let mut board = Scoreboard::new(ScoreboardConfig::default(), &three_providers()).unwrap();
+    fill(std::slice::from_mut(&mut board), |_| 0);
+    assert!(board.cells() >= 65_536, "{} cells", board.cells());
+    let now = Timestamp::from_millis(NOW);
+    let one = board.snapshots_on(now, &WINDOWS, 1);
+    assert_eq!(one.len(), 2);
+    same_snapshots(&one, &board.snapshots_on(now, &WINDOWS, 3));
+}
+
+/// Shards of one stream, read as one without merging them, read as the whole stream in one
+/// scoreboard does: on one thread and on several, whether the shards started out naming the
+/// same providers or not, and once merged.
+#[test]
+fn shards_read_as_one_read_as_one_scoreboard() {
+    // Kept as long as the longest window: a scoreboard drops a cell's buckets past the
+    // retention as its newer ones open, which a shard holding only the older ones cannot.
+    let config = ScoreboardConfig::default().retention(WINDOWS[1]);
+    let providers = three_providers();
+    let mut whole = Scoreboard::new(config.clone(), &providers).unwrap();
+    fill(std::slice::from_mut(&mut whole), |_| 0);
+    let now = Timestamp::from_millis(NOW);
+    let want = whole.snapshots_on(now, &WINDOWS, 1);
+
+    // Four shards, one of them naming a provider more, which sorts between the others (so
+    // the other shards renumber their cells when the four are read together); loads dealt
+    // out in runs, so a network's cells are in every shard, with buckets several hold.
+    let mut shards: Vec<Scoreboard> = (0..3)
+        .map(|_| Scoreboard::new(config.clone(), &providers).unwrap())
+        .collect();
+    let mut more = providers.to_vec();
+    more.push(ProviderId::new("bunny").unwrap());
+    shards.push(Scoreboard::new(config.clone(), &more).unwrap());
+    fill(&mut shards, |i| ((i / 7) % 4) as usize);
+    let shards = ScoreboardShards::new(shards).unwrap();
+    more.sort();
+    assert_eq!(shards.providers(), &more[..]);
+    assert_eq!(shards.cells(), whole.cells());
+    assert_eq!(shards.quality(), whole.quality());
+    same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 1));
+    same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 3));
+    let merged = shards.merged();
+    assert_eq!(merged.cells(), whole.cells());
+    same_snapshots(&want, &merged.snapshots_on(now, &WINDOWS, 2));
 }
