@@ -3,7 +3,8 @@
 //! IPv4 and IPv6 prefixes, navigation and probe beacons in any field order with extra fields
 //! and escaped strings, a few bad lines, and six hours of timestamps so buckets roll and pack
 //! while the log is read. Each iteration reads a different log (three seeds) into a fresh
-//! scoreboard, as the `scoreboard` tool does.
+//! scoreboard, as the `scoreboard` tool does; the `_and_window_` runs then read the last hour's
+//! window too, on two threads from two shards read apart, as the tool's `--threads 2` does.
 //!
 //! `cargo bench -p multicdn-steering --bench ingest -- --warm-up-time 2 --measurement-time 10`
 
@@ -89,6 +90,32 @@ fn ingest(c: &mut Criterion) {
             lines > 0 && (0.001..0.004).contains(&share),
             "{bad} bad of {lines}"
         );
+    }
+
+    // Read and then the window read, as the `scoreboard` tool does: one thread, or two
+    // shards read apart (not merged) and the window read on both threads.
+    let window = std::time::Duration::from_secs(3600);
+    for threads in [1usize, 2] {
+        let mut next = 0;
+        let like = Scoreboard::new(config.clone(), &providers).unwrap();
+        group.bench_function(format!("realistic_log_and_window_{threads}_thread"), |b| {
+            b.iter_batched(
+                || {
+                    next += 1;
+                    &logs[next % logs.len()]
+                },
+                |log| {
+                    let mut ingest = Ingestor::new(&table).replay_until(end);
+                    let shards = ingest
+                        .ingest_reader_shards(black_box(&log[..]), &like, threads)
+                        .unwrap();
+                    let snapshot = shards.snapshot_on(end, window, threads);
+                    assert!(snapshot.newest_sample().is_some());
+                    (shards, snapshot)
+                },
+                BatchSize::PerIteration,
+            )
+        });
     }
 
     // The same beacons, already parsed and resolved: the scoreboard's own cost.
