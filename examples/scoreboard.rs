@@ -48,7 +48,7 @@ use multicdn_core::{Clock, NetworkKey, ProviderId, SystemClock, Timestamp};
 use multicdn_examples::summary::dashboard;
 use multicdn_steering::ingest::Ingestor;
 use multicdn_steering::resolve::{NetworkResolver, NoResolver, PrefixTable};
-use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig};
+use multicdn_steering::scoreboard::{Metric, Scoreboard, ScoreboardConfig, ScoreboardShards};
 
 /// Ingest NDJSON RUM beacons and print p75 TTFB by provider by country.
 #[derive(Debug, Parser)]
@@ -127,7 +127,10 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         .retention(window.max(bucket))
         .fresh_for(window.max(bucket))
         .min_samples(min_samples);
-    let like = Scoreboard::new(config, &providers)
+    let mut board = (0..cli.threads)
+        .map(|_| Scoreboard::new(config.clone(), &providers))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(ScoreboardShards::new)
         .map_err(|e| Fail::error(format!("error: scoreboard: {e}")))?;
 
     let resolver: Arc<dyn NetworkResolver> = match &cli.prefixes {
@@ -159,8 +162,8 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         )
     };
     // With --threads N, N shards read as one: their window is read without merging them.
-    let board = input
-        .and_then(|input| ingest.ingest_reader_shards(input, &like, usize::from(cli.threads)))
+    input
+        .and_then(|input| ingest.ingest_reader_shards(input, &mut board))
         .map_err(|e| Fail::error(format!("error: cannot read {name}: {e}")))?;
     let report = ingest.take_report();
     let now = at.or(report.newest).unwrap_or(Timestamp::EPOCH);

@@ -18,7 +18,9 @@ use multicdn_core::{Country, ProviderId, Timestamp};
 use multicdn_steering::beacon::ClientNetwork;
 use multicdn_steering::ingest::Ingestor;
 use multicdn_steering::resolve::{NetworkResolver, PrefixTable};
-use multicdn_steering::scoreboard::{Metric, Sample, Scoreboard, ScoreboardConfig};
+use multicdn_steering::scoreboard::{
+    Metric, Sample, Scoreboard, ScoreboardConfig, ScoreboardShards,
+};
 use multicdn_steering::sim::beacons::LogSpec;
 
 /// Lines a log: about 55 MB, a few minutes of a busy site's beacons.
@@ -97,17 +99,22 @@ fn ingest(c: &mut Criterion) {
     let window = std::time::Duration::from_secs(3600);
     for threads in [1usize, 2] {
         let mut next = 0;
-        let like = Scoreboard::new(config.clone(), &providers).unwrap();
         group.bench_function(format!("realistic_log_and_window_{threads}_thread"), |b| {
             b.iter_batched(
                 || {
                     next += 1;
-                    &logs[next % logs.len()]
+                    let boards = (0..threads)
+                        .map(|_| Scoreboard::new(config.clone(), &providers).unwrap())
+                        .collect();
+                    (
+                        ScoreboardShards::new(boards).unwrap(),
+                        &logs[next % logs.len()],
+                    )
                 },
-                |log| {
+                |(mut shards, log)| {
                     let mut ingest = Ingestor::new(&table).replay_until(end);
-                    let shards = ingest
-                        .ingest_reader_shards(black_box(&log[..]), &like, threads)
+                    ingest
+                        .ingest_reader_shards(black_box(&log[..]), &mut shards)
                         .unwrap();
                     let snapshot = shards.snapshot_on(end, window, threads);
                     assert!(snapshot.newest_sample().is_some());

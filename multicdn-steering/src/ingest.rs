@@ -360,13 +360,23 @@ impl<R: NetworkResolver> Ingestor<R> {
         reader: impl Read,
         board: &mut Scoreboard,
     ) -> std::io::Result<()> {
-        split_lines(reader, BLOCK, |piece| match piece {
-            Piece::Lines(lines) => self.ingest_block(lines, board, MAX_LINE),
-            Piece::TooLong => {
-                self.line_no += 1;
-                self.too_long();
-            }
-        })
+        // One buffer, handed back after each block.
+        let spare = std::cell::Cell::new(Vec::new());
+        split_lines(
+            reader,
+            BLOCK,
+            || spare.take(),
+            |piece| match piece {
+                Piece::Lines(lines) => {
+                    self.ingest_block(&lines, board, MAX_LINE);
+                    spare.set(lines);
+                }
+                Piece::TooLong => {
+                    self.line_no += 1;
+                    self.too_long();
+                }
+            },
+        )
     }
 
     /// Reads every line of a stream on `threads` worker threads, each into its own scoreboard
@@ -390,7 +400,12 @@ impl<R: NetworkResolver> Ingestor<R> {
         if threads <= 1 {
             return self.ingest_reader(reader, board);
         }
-        let shards = self.read_shards(reader, board, threads)?;
+        let mut shards: Vec<Scoreboard> = (0..threads)
+            .map(|_| Scoreboard::new(board.config().clone(), board.providers()))
+            .collect::<Result<_, _>>()
+            .map_err(std::io::Error::other)?;
+        // The lines read before an I/O error are merged too.
+        let read = self.read_shards(reader, &mut shards);
         for shard in &shards {
             for p in shard.providers() {
                 if board.provider_slot(p.as_str()).is_none() {
@@ -401,50 +416,43 @@ impl<R: NetworkResolver> Ingestor<R> {
             }
         }
         board.merge_shards(shards).map_err(std::io::Error::other)?;
-        Ok(())
+        read
     }
 
     /// [`ingest_reader_parallel`](Ingestor::ingest_reader_parallel) into shards that are kept
-    /// apart, each a scoreboard with `like`'s settings and providers, read as one by
-    /// [`ScoreboardShards`]: what a reader that only reads the window at the end wants, since
-    /// reading shards costs less than merging them. `threads` of 0 or 1 makes one shard, read
-    /// on the calling thread.
+    /// apart, read as one by [`ScoreboardShards`]: what a reader that only reads the window at
+    /// the end wants, since reading shards costs less than merging them. Reads on one thread a
+    /// shard (one shard: on the calling thread). Stops only on an I/O error, which it returns;
+    /// the lines before it are in the shards and the report.
     pub fn ingest_reader_shards(
         &mut self,
         reader: impl Read,
-        like: &Scoreboard,
-        threads: usize,
-    ) -> std::io::Result<ScoreboardShards>
+        shards: &mut ScoreboardShards,
+    ) -> std::io::Result<()>
     where
         R: Clone + Send,
     {
-        let fresh = || {
-            Scoreboard::new(like.config().clone(), like.providers()).map_err(std::io::Error::other)
+        let read = match shards.boards_mut() {
+            [board] => self.ingest_reader(reader, board),
+            boards => self.read_shards(reader, boards),
         };
-        let shards = if threads <= 1 {
-            let mut board = fresh()?;
-            self.ingest_reader(reader, &mut board)?;
-            vec![board]
-        } else {
-            self.read_shards(reader, like, threads)?
-        };
-        ScoreboardShards::new(shards).map_err(std::io::Error::other)
+        // Each shard may have learnt providers of its own.
+        shards.align_providers().map_err(std::io::Error::other)?;
+        read
     }
 
-    /// Reads a stream on `threads` (at least two) worker threads, each into a new scoreboard
-    /// with `like`'s settings and providers; the reports are added to this ingestor's.
-    fn read_shards(
-        &mut self,
-        reader: impl Read,
-        like: &Scoreboard,
-        threads: usize,
-    ) -> std::io::Result<Vec<Scoreboard>>
+    /// Reads a stream on one worker thread a board of `boards` (at least two), each into
+    /// its board; the reports are added to this ingestor's, an I/O error's included (the
+    /// lines read before it are in the boards and the report).
+    fn read_shards(&mut self, reader: impl Read, boards: &mut [Scoreboard]) -> std::io::Result<()>
     where
         R: Clone + Send,
     {
         const CHUNK: usize = 4 * BLOCK;
-        let mut shards: Vec<(Ingestor<R>, Scoreboard)> = (0..threads)
-            .map(|_| {
+        let threads = boards.len();
+        let mut shards: Vec<(Ingestor<R>, &mut Scoreboard)> = boards
+            .iter_mut()
+            .map(|shard| {
                 let ingestor = Ingestor {
                     resolver: self.resolver.clone(),
                     probe_order: self.probe_order.clone(),
@@ -454,11 +462,9 @@ impl<R: NetworkResolver> Ingestor<R> {
                     line_no: 0,
                     discover: self.discover,
                 };
-                let shard = Scoreboard::new(like.config().clone(), like.providers())
-                    .map_err(std::io::Error::other)?;
-                Ok((ingestor, shard))
+                (ingestor, shard)
             })
-            .collect::<std::io::Result<_>>()?;
+            .collect();
         let first_line = self.line_no + 1;
         // Blocks read go back to the reader to be filled again: no fresh allocation (and its
         // page faults) a block.
@@ -480,18 +486,14 @@ impl<R: NetworkResolver> Ingestor<R> {
             }
             let mut next = 0usize;
             let mut line = first_line;
-            split_lines(reader, CHUNK, |piece| {
+            let fresh = || taken_back.try_recv().unwrap_or_default();
+            let read = split_lines(reader, CHUNK, fresh, |piece| {
                 let (bytes, count) = match piece {
                     // The last piece may end without a newline.
-                    Piece::Lines(lines) => (
-                        Some({
-                            let mut bytes = taken_back.try_recv().unwrap_or_default();
-                            bytes.clear();
-                            bytes.extend_from_slice(lines);
-                            bytes
-                        }),
-                        bytecount(lines) + u64::from(lines.last() != Some(&b'\n')),
-                    ),
+                    Piece::Lines(lines) => {
+                        let count = bytecount(&lines) + u64::from(lines.last() != Some(&b'\n'));
+                        (Some(lines), count)
+                    }
                     Piece::TooLong => (None, 1),
                 };
                 let block = Block {
@@ -502,16 +504,14 @@ impl<R: NetworkResolver> Ingestor<R> {
                 // A worker gone means it panicked; the scope re-raises that when it ends.
                 let _ = senders[next % threads].send(block);
                 next += 1;
-            })?;
-            Ok::<u64, std::io::Error>(line)
-        })?;
-        self.line_no = read - 1;
-        let mut boards = Vec::with_capacity(shards.len());
-        for (ingestor, shard) in shards {
+            });
+            (line, read)
+        });
+        self.line_no = read.0 - 1;
+        for (ingestor, _) in &shards {
             self.report.merge(&ingestor.report);
-            boards.push(shard);
         }
-        Ok(boards)
+        read.1
     }
 
     /// Ingests one block a shard was handed.
@@ -828,65 +828,88 @@ pub fn fast_path_agrees(line: &[u8]) -> Result<(), String> {
 }
 
 /// A piece of a stream cut at line ends.
-#[derive(Clone, Copy)]
-enum Piece<'a> {
-    /// Whole lines (the last piece of a stream may end without its newline).
-    Lines(&'a [u8]),
+enum Piece {
+    /// Whole lines (the last piece of a stream may end without its newline), in a buffer
+    /// handed over.
+    Lines(Vec<u8>),
     /// A line longer than [`MAX_LINE`], skipped unread.
     TooLong,
 }
 
-/// Reads `reader` into a buffer of `size` bytes (more than [`MAX_LINE`]) and hands `f` the
-/// complete lines after every read, and a line too long to hold as [`Piece::TooLong`] (its
-/// bytes are dropped up to its newline). Memory stays at `size` whatever the stream.
+/// Reads `reader` a block of up to `size` bytes (more than [`MAX_LINE`]) at a time, each read
+/// straight into a buffer `fresh` gives (its capacity reused; nothing is copied but a line
+/// cut by a block's end), and hands `f` each block's complete lines in that buffer, and a line
+/// too long to hold as [`Piece::TooLong`] (its bytes are dropped up to its newline). Memory
+/// stays at the buffers `f` keeps, whatever the stream.
 fn split_lines(
     mut reader: impl Read,
     size: usize,
-    mut f: impl FnMut(Piece<'_>),
+    mut fresh: impl FnMut() -> Vec<u8>,
+    mut f: impl FnMut(Piece),
 ) -> std::io::Result<()> {
-    let mut buf = vec![0u8; size.max(MAX_LINE + 1)];
-    // Bytes of an incomplete line at the start of `buf`.
-    let mut kept = 0;
+    let size = size.max(MAX_LINE + 1);
+    // The incomplete line at the end of the last block: the next one starts with it.
+    let mut carry: Vec<u8> = Vec::new();
     // Inside a line too long to hold: its bytes are dropped until its newline.
     let mut skipping = false;
     loop {
-        let n = match reader.read(&mut buf[kept..]) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let filled = kept + n;
+        let mut buf = fresh();
+        buf.clear();
+        buf.reserve(size);
+        buf.extend_from_slice(&carry);
+        carry.clear();
+        let before = buf.len();
+        // Fills the block (several reads from a pipe), into the buffer's spare room.
+        let want = (size - before) as u64;
+        // An error ends the stream once the complete lines read before it are handed on.
+        let failed = reader.by_ref().take(want).read_to_end(&mut buf).err();
+        let n = buf.len() - before;
+        if let Some(e) = failed {
+            if n > 0 && !skipping {
+                let complete = memchr::memrchr(b'\n', &buf).map_or(0, |last| last + 1);
+                buf.truncate(complete);
+                if !buf.is_empty() {
+                    f(Piece::Lines(buf));
+                }
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            // The end: a last line without its newline.
+            if !skipping && !buf.is_empty() {
+                f(Piece::Lines(buf));
+            }
+            return Ok(());
+        }
         let mut start = 0;
         if skipping {
-            let Some(end) = find_newline(&buf[..filled]) else {
-                kept = 0;
+            let Some(end) = find_newline(&buf) else {
                 continue;
             };
             skipping = false;
             start = end + 1;
         }
-        let complete = match memchr::memrchr(b'\n', &buf[start..filled]) {
+        let complete = match buf.get(start..).and_then(|b| memchr::memrchr(b'\n', b)) {
             Some(last) => start + last + 1,
             None => start,
         };
-        if complete > start {
-            f(Piece::Lines(&buf[start..complete]));
-        }
-        let rest = filled - complete;
+        let rest = buf.len() - complete;
         if rest > MAX_LINE {
-            f(Piece::TooLong);
             skipping = true;
-            kept = 0;
         } else {
-            buf.copy_within(complete..filled, 0);
-            kept = rest;
+            carry.extend_from_slice(buf.get(complete..).unwrap_or_default());
+        }
+        buf.truncate(complete);
+        if start > 0 {
+            buf.drain(..start);
+        }
+        if !buf.is_empty() {
+            f(Piece::Lines(buf));
+        }
+        if skipping {
+            f(Piece::TooLong);
         }
     }
-    if !skipping && kept > 0 {
-        f(Piece::Lines(&buf[..kept]));
-    }
-    Ok(())
 }
 
 /// Lines read ahead of storing them (see [`Ingestor::ingest_block`]).
@@ -1814,6 +1837,54 @@ mod tests {
         }
     }
 
+    /// A reader that hands out `data` and then fails.
+    struct FailsAfter<'a> {
+        data: &'a [u8],
+    }
+
+    impl std::io::Read for FailsAfter<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if self.data.is_empty() {
+                return Err(std::io::Error::other("the disk went away"));
+            }
+            let n = out.len().min(self.data.len()).min(1000);
+            out[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_read_error_keeps_the_lines_read_before_it() {
+        let good = b"{\"at\":1,\"ttfb\":10,\"provider\":\"fastly\"}\n";
+        let mut text = Vec::new();
+        for _ in 0..50_000 {
+            text.extend_from_slice(good);
+        }
+        // Cut inside a line: that line was never whole.
+        text.extend_from_slice(b"{\"at\":1,\"tt");
+        for threads in [1, 2] {
+            let mut ing = Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::EPOCH);
+            let mut b = board();
+            let err = ing
+                .ingest_reader_parallel(FailsAfter { data: &text }, &mut b, threads)
+                .unwrap_err();
+            assert_eq!(err.to_string(), "the disk went away");
+            assert_eq!(ing.report().beacons, 50_000, "{threads} threads");
+            assert_eq!(b.quality().stored, 50_000, "{threads} threads");
+            // Into shards kept apart, the same.
+            let mut ing = Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::EPOCH);
+            let mut shards =
+                ScoreboardShards::new((0..threads).map(|_| board()).collect()).unwrap();
+            let err = ing
+                .ingest_reader_shards(FailsAfter { data: &text }, &mut shards)
+                .unwrap_err();
+            assert_eq!(err.to_string(), "the disk went away");
+            assert_eq!(ing.report().beacons, 50_000, "{threads} shards");
+            assert_eq!(shards.quality().stored, 50_000, "{threads} shards");
+        }
+    }
+
     #[test]
     fn a_replayed_log_needs_no_end_time_in_advance() {
         let day = 86_400_000u64;
@@ -1957,8 +2028,12 @@ mod tests {
         let mut ing = Ingestor::new(table.clone())
             .received_at(end)
             .discover_providers(12);
-        let like = Scoreboard::new(config.clone(), &[]).unwrap();
-        let apart = ing.ingest_reader_shards(&log[..], &like, 2).unwrap();
+        let mut apart = ScoreboardShards::new(vec![
+            Scoreboard::new(config.clone(), &[]).unwrap(),
+            Scoreboard::new(config.clone(), &[]).unwrap(),
+        ])
+        .unwrap();
+        ing.ingest_reader_shards(&log[..], &mut apart).unwrap();
         assert_eq!(&one_report, ing.report());
         assert_eq!(one.providers(), apart.providers());
         assert_eq!(one.cells(), apart.cells());

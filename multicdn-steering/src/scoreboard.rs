@@ -1259,7 +1259,8 @@ impl Scoreboard {
 }
 
 /// Scoreboards that each hold part of one stream (the shards of a parallel ingest,
-/// [`crate::ingest::Ingestor::ingest_reader_shards`]), read as one without merging them: a key
+/// [`crate::ingest::Ingestor::ingest_reader_shards`], which reads on one thread a shard), read
+/// as one without merging them: a key
 /// several shards hold is read once, its cells' buckets added together, so a snapshot is that
 /// of the shards merged, at the cost of reading them rather than of re-packing every bucket
 /// two shards share. [`ScoreboardShards::merged`] makes them one scoreboard, for a caller that
@@ -1278,7 +1279,7 @@ impl ScoreboardShards {
     /// The shards, read as one. They must share a bucket length; they may know different
     /// providers (each learnt its own from the beacons): each then learns the others', so
     /// they name the same.
-    pub fn new(mut boards: Vec<Scoreboard>) -> Result<ScoreboardShards, SteeringError> {
+    pub fn new(boards: Vec<Scoreboard>) -> Result<ScoreboardShards, SteeringError> {
         let Some(first) = boards.first() else {
             return Err(SteeringError::Merge("no scoreboard to read".into()));
         };
@@ -1290,23 +1291,39 @@ impl ScoreboardShards {
                 other.bucket_ms
             )));
         }
-        let mut all: Vec<ProviderId> = boards
+        let mut shards = ScoreboardShards {
+            boards,
+            like: first_like,
+        };
+        shards.align_providers()?;
+        Ok(shards)
+    }
+
+    /// Every shard made to name every provider any of them names.
+    pub(crate) fn align_providers(&mut self) -> Result<(), SteeringError> {
+        let mut all: Vec<ProviderId> = self
+            .boards
             .iter()
             .flat_map(|b| b.providers.iter().cloned())
             .collect();
         all.sort();
         all.dedup();
-        for board in &mut boards {
+        for board in &mut self.boards {
             if board.providers != all {
                 for p in &all {
                     board.add_provider(p.clone())?;
                 }
             }
         }
-        let like = boards
-            .first()
-            .map_or_else(|| first_like, Scoreboard::empty_like);
-        Ok(ScoreboardShards { boards, like })
+        if let Some(first) = self.boards.first() {
+            self.like = first.empty_like();
+        }
+        Ok(())
+    }
+
+    /// The shards, to be written (by [`crate::ingest::Ingestor::ingest_reader_shards`]).
+    pub(crate) fn boards_mut(&mut self) -> &mut [Scoreboard] {
+        &mut self.boards
     }
 
     /// How many shards.
