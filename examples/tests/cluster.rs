@@ -242,8 +242,9 @@ impl Process {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Its public base URL, from what it printed at start.
-    fn public(&self) -> String {
+    /// Its public base URL, from what it printed at start. Waits on the runtime's timer, not
+    /// the thread: the emulated vendors this process calls run on the same runtime.
+    async fn public(&self) -> String {
         for _ in 0..200 {
             if let Some(line) = self
                 .log()
@@ -254,7 +255,7 @@ impl Process {
                 return url.trim_end_matches("/dashboard/").to_owned();
             }
             assert!(!self.exited(), "{} stopped:\n{}", self.name, self.log());
-            std::thread::sleep(Duration::from_millis(50));
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("{} printed no dashboard URL:\n{}", self.name, self.log());
     }
@@ -432,14 +433,17 @@ async fn handover_on(nats: NatsServer, dns: &Dns, dir: tempfile::TempDir, policy
     let receivers = Arc::new(Mutex::new(Vec::new()));
     let feeder = feed_beacons(receivers.clone());
     let a = world.start("a");
-    receivers.lock().unwrap().push(a.public());
+    // Read before the lock is taken: the beacon feeder takes it on a runtime thread.
+    let url = a.public().await;
+    receivers.lock().unwrap().push(url);
     let j = until(&store, &[&a], Duration::from_secs(30), "a leads", |j, _| {
         j.len() >= 2
     })
     .await;
     let a_term = j[0].term.unwrap();
     let b = world.start("b");
-    receivers.lock().unwrap().push(b.public());
+    let url = b.public().await;
+    receivers.lock().unwrap().push(url);
     // Fastly's edge fails its health object: quorum down after two rounds, then the failover's
     // first step (50%), its second 8 s later.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -496,7 +500,8 @@ async fn handover_on(nats: NatsServer, dns: &Dns, dir: tempfile::TempDir, policy
 
     // Pause b past its lease; c takes over; fastly recovers meanwhile and c walks it back.
     let c = world.start("c");
-    receivers.lock().unwrap().push(c.public());
+    let url = c.public().await;
+    receivers.lock().unwrap().push(url);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let paused_at = SystemClock.now();
     b.signal("-STOP");
