@@ -864,16 +864,10 @@ fn split_lines(
         // An error ends the stream once the complete lines read before it are handed on.
         let failed = reader.by_ref().take(want).read_to_end(&mut buf).err();
         let n = buf.len() - before;
-        if let Some(e) = failed {
-            if n > 0 && !skipping {
-                let complete = memchr::memrchr(b'\n', &buf).map_or(0, |last| last + 1);
-                buf.truncate(complete);
-                if !buf.is_empty() {
-                    f(Piece::Lines(buf));
-                }
-            }
-            return Err(e);
-        }
+        let failed = match failed {
+            Some(e) if n == 0 => return Err(e),
+            other => other,
+        };
         if n == 0 {
             // The end: a last line without its newline.
             if !skipping && !buf.is_empty() {
@@ -884,7 +878,10 @@ fn split_lines(
         let mut start = 0;
         if skipping {
             let Some(end) = find_newline(&buf) else {
-                continue;
+                match failed {
+                    Some(e) => return Err(e),
+                    None => continue,
+                }
             };
             skipping = false;
             start = end + 1;
@@ -908,6 +905,9 @@ fn split_lines(
         }
         if skipping {
             f(Piece::TooLong);
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
     }
 }
@@ -1861,6 +1861,12 @@ mod tests {
         for _ in 0..50_000 {
             text.extend_from_slice(good);
         }
+        // A line too long to hold, then lines read in the same block as the error.
+        text.extend(std::iter::repeat_n(b'x', 3 << 20));
+        text.push(b'\n');
+        for _ in 0..100 {
+            text.extend_from_slice(good);
+        }
         // Cut inside a line: that line was never whole.
         text.extend_from_slice(b"{\"at\":1,\"tt");
         for threads in [1, 2] {
@@ -1870,8 +1876,9 @@ mod tests {
                 .ingest_reader_parallel(FailsAfter { data: &text }, &mut b, threads)
                 .unwrap_err();
             assert_eq!(err.to_string(), "the disk went away");
-            assert_eq!(ing.report().beacons, 50_000, "{threads} threads");
-            assert_eq!(b.quality().stored, 50_000, "{threads} threads");
+            assert_eq!(ing.report().beacons, 50_100, "{threads} threads");
+            assert_eq!(ing.report().bad(BadLine::NotJson), 1, "{threads} threads");
+            assert_eq!(b.quality().stored, 50_100, "{threads} threads");
             // Into shards kept apart, the same.
             let mut ing = Ingestor::new(crate::resolve::NoResolver).received_at(Timestamp::EPOCH);
             let mut shards =
@@ -1880,8 +1887,8 @@ mod tests {
                 .ingest_reader_shards(FailsAfter { data: &text }, &mut shards)
                 .unwrap_err();
             assert_eq!(err.to_string(), "the disk went away");
-            assert_eq!(ing.report().beacons, 50_000, "{threads} shards");
-            assert_eq!(shards.quality().stored, 50_000, "{threads} shards");
+            assert_eq!(ing.report().beacons, 50_100, "{threads} shards");
+            assert_eq!(shards.quality().stored, 50_100, "{threads} shards");
         }
     }
 
