@@ -21,7 +21,8 @@
 // "page_errors", "failed_requests", "http_errors"}. Exits 0 when every step passed and (strict, the
 // default) the page logged no console error, threw nothing and no request failed; 1 when a step or
 // the strict check failed; 2 when the job is malformed or the browser cannot start; 3 on the overall
-// timeout. The reason is also written to stderr.
+// timeout. The reason is also written to stderr. A failed request carries "left": true when it was
+// cancelled while the job itself was leaving the page (a `goto`, or the end of the job).
 //
 // Chromium: $CHROMIUM, else /usr/bin/chromium; a fresh profile every run, removed afterwards.
 
@@ -42,6 +43,9 @@ const result = {
 };
 let context = null;
 let profile = null;
+// True while the job itself takes the page away (a `goto`, closing at the end): a request the
+// page still had in flight then fails with net::ERR_ABORTED, as it would for a user who leaves.
+let leaving = false;
 
 function finish(code, error) {
   result.ok = code === 0;
@@ -75,7 +79,13 @@ function readJob() {
 async function runStep(page, s) {
   const timeout = s.timeout_ms ?? 15000;
   if ('goto' in s) {
-    const res = await page.goto(s.goto, { waitUntil: 'load', timeout });
+    leaving = true;
+    let res;
+    try {
+      res = await page.goto(s.goto, { waitUntil: 'load', timeout });
+    } finally {
+      leaving = false;
+    }
     const status = res ? res.status() : null;
     if (status !== null && status >= 400) throw new Error(`${s.goto} answered ${status}`);
     return { goto: s.goto, status };
@@ -149,6 +159,7 @@ async function main() {
   page.on('requestfailed', (r) => {
     result.failed_requests.push({
       url: r.url(), method: r.method(), type: r.resourceType(), failure: r.failure()?.errorText ?? '',
+      left: leaving,
     });
   });
   page.on('response', (r) => {
@@ -163,6 +174,7 @@ async function main() {
       return finish(1, `step ${i} ${JSON.stringify(s)} failed: ${e.message.split('\n')[0]}`);
     }
   }
+  leaving = true;
   await context.close().catch(() => {});
 
   if (job.strict ?? true) {
@@ -170,9 +182,11 @@ async function main() {
       ...result.console_errors.map((c) => `console error: ${c.text}`),
       ...result.page_errors.map((p) => `page error: ${p}`),
       // Chromium reports a beacon as aborted when the page that sent it goes away, even once
-      // delivered: whether beacons arrived is for the receiver to say.
+      // delivered: whether beacons arrived is for the receiver to say. A request still in flight
+      // when the job leaves the page (the sampled probe at idle, say) is cancelled by the job, not
+      // failed by the page. Any other abort, and every other failure, counts.
       ...result.failed_requests
-        .filter((r) => !(r.type === 'ping' && r.failure === 'net::ERR_ABORTED'))
+        .filter((r) => !(r.failure === 'net::ERR_ABORTED' && (r.type === 'ping' || r.left)))
         .map((r) => `request failed: ${r.method} ${r.url} (${r.failure})`),
     ];
     if (problems.length > 0) return finish(1, `strict: ${problems.join('; ')}`);
