@@ -21,7 +21,7 @@
 //! **Why not DDSketch.** The `sketches-ddsketch` crate keeps, at 1% relative error, a dense
 //! `u64` a bin between the lowest and highest value, grown 128 bins at a time: 640 bins or
 //! 5,120 bytes for one sketch over 1 ms–60 s, and 9,216 bytes for the four buckets of the busy
-//! log-normal cell above (σ 0.6), where this crate's cell costs 1,422 bytes. A 2 KB budget a
+//! log-normal cell above (σ 0.6), where this crate's cell costs 1,446 bytes. A 2 KB budget a
 //! cell leaves room for neither its `u64` counters nor its contiguous range.
 //!
 //! ```
@@ -1055,7 +1055,91 @@ const ESCAPE: u32 = 24;
 pub(crate) struct PackedBins {
     /// Empty when it holds nothing; else the packed counts, the bins of late samples (two
     /// bytes each), and a last byte saying how many late samples there are.
-    data: Box<[u8]>,
+    data: Bytes,
+}
+
+/// How many bytes a [`Bytes`] holds without the heap: a thin bucket's few values (at most
+/// `FEW` of two bytes, and the count) fit, so the long tail of networks closes its buckets
+/// with no allocation (and drops them with no free).
+const INLINE: usize = 22;
+
+/// A short byte string held inline, a longer one on the heap (24 bytes either way, as a
+/// `Box<[u8]>` and its length would take).
+#[derive(Clone)]
+enum Bytes {
+    Inline { len: u8, buf: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl Default for Bytes {
+    fn default() -> Bytes {
+        Bytes::Inline {
+            len: 0,
+            buf: [0; INLINE],
+        }
+    }
+}
+
+impl PartialEq for Bytes {
+    fn eq(&self, other: &Bytes) -> bool {
+        **self == **other
+    }
+}
+
+impl fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Inline { len, buf } => buf.get(..usize::from(*len)).unwrap_or_default(),
+            Bytes::Heap(b) => b,
+        }
+    }
+}
+
+impl From<&[u8]> for Bytes {
+    #[inline]
+    fn from(b: &[u8]) -> Bytes {
+        Bytes::concat(&[b])
+    }
+}
+
+impl Bytes {
+    /// `parts` one after the other.
+    #[inline]
+    fn concat(parts: &[&[u8]]) -> Bytes {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > INLINE {
+            return Bytes::Heap(parts.concat().into_boxed_slice());
+        }
+        let mut buf = [0; INLINE];
+        let mut at = 0;
+        for part in parts {
+            if let Some(out) = buf.get_mut(at..at + part.len()) {
+                out.copy_from_slice(part);
+            }
+            at += part.len();
+        }
+        Bytes::Inline {
+            len: len as u8,
+            buf,
+        }
+    }
+
+    /// Bytes held on the heap.
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Bytes::Inline { .. } => 0,
+            Bytes::Heap(b) => b.len(),
+        }
+    }
 }
 
 impl fmt::Debug for PackedBins {
@@ -1265,13 +1349,17 @@ impl PackedBins {
         if few.is_empty() {
             return PackedBins::default();
         }
-        let mut data = Vec::with_capacity(2 * few.len() + 1);
-        for k in few {
-            data.extend_from_slice(&k.to_le_bytes());
+        // At most `FEW` values of two bytes and their count.
+        let mut data = [0u8; 2 * FEW + 1];
+        for (pair, k) in data.chunks_exact_mut(2).zip(few) {
+            pair.copy_from_slice(&k.to_le_bytes());
         }
-        data.push(few.len() as u8);
+        let len = 2 * few.len();
+        if let Some(count) = data.get_mut(len) {
+            *count = few.len() as u8;
+        }
         PackedBins {
-            data: data.into_boxed_slice(),
+            data: Bytes::from(data.get(..=len).unwrap_or_default()),
         }
     }
 
@@ -1289,13 +1377,14 @@ impl PackedBins {
                 buf.reserve(size + 4);
                 let taken = std::mem::take(&mut *buf);
                 let out = PackedBins::pack_into(taken, lo, hi, count);
-                let data = Box::from(out.as_slice());
+                let data = Bytes::from(out.as_slice());
                 *buf = out;
                 PackedBins { data }
             }
             Err(_) => PackedBins {
-                data: PackedBins::pack_into(Vec::with_capacity(size + 4), lo, hi, count)
-                    .into_boxed_slice(),
+                data: Bytes::from(
+                    PackedBins::pack_into(Vec::with_capacity(size + 4), lo, hi, count).as_slice(),
+                ),
             },
         })
     }
@@ -1425,11 +1514,9 @@ impl PackedBins {
     pub(crate) fn insert_late(&mut self, k: u32) {
         let late = self.late();
         if late < LATE_LIMIT {
-            let mut v = std::mem::take(&mut self.data).into_vec();
-            v.pop();
-            v.extend_from_slice(&(k as u16).to_le_bytes());
-            v.push(late + 1);
-            self.data = v.into_boxed_slice();
+            // The bytes before the count, the new bin, the new count.
+            let body = self.data.split_last().map_or(&[][..], |(_, body)| body);
+            self.data = Bytes::concat(&[body, &(k as u16).to_le_bytes(), &[late + 1]]);
         } else {
             let merged = merge_bins(&self.bins(), &[(k, 1)]);
             *self = PackedBins::from_bins(&merged);
@@ -1449,7 +1536,7 @@ impl PackedBins {
 
     /// Bytes held on the heap.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.data.len()
+        self.data.heap_bytes()
     }
 }
 
@@ -1743,6 +1830,38 @@ mod tests {
         let mut empty = PackedBins::default();
         empty.insert_late(7);
         assert_eq!(empty.bins(), vec![(7, 1)]);
+    }
+
+    #[test]
+    fn a_thin_bucket_closes_without_the_heap_and_grows_onto_it_with_late_samples() {
+        let mut open = OpenBins::default();
+        let values = [900u32, 12, 900, 2047, 0, 77, 78, 1500];
+        for k in values {
+            open.insert(k);
+        }
+        let mut packed = PackedBins::from_open(&open);
+        assert_eq!(
+            packed.heap_bytes(),
+            0,
+            "{FEW} values and their count fit inline"
+        );
+        let mut want = Accumulator::new();
+        for k in values {
+            want.add_bin(k, 1);
+        }
+        assert_eq!(packed.bins(), want.nonzero_bins());
+        // Each late sample adds two bytes: past the inline room the bytes move to the heap,
+        // and every value is still there.
+        for (i, k) in [5u32, 900, 1999].into_iter().enumerate() {
+            packed.insert_late(k);
+            want.add_bin(k, 1);
+            assert_eq!(packed.bins(), want.nonzero_bins(), "after {} late", i + 1);
+        }
+        assert!(
+            packed.heap_bytes() > INLINE,
+            "{} bytes",
+            packed.heap_bytes()
+        );
     }
 
     #[test]
