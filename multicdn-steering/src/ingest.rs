@@ -326,19 +326,22 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// another, so the processor overlaps their memory accesses (a lookup in a large prefix
     /// table waits on memory a few times); storing, and everything counted, happens in line
     /// order as it would one line at a time.
+    ///
+    /// Each line is read into its slot of the batch and stored from there: a beacon's fields
+    /// (some 200 bytes) are written once, not moved from the parser to the batch to the store.
     fn ingest_block(&mut self, mut bytes: &[u8], board: &mut Scoreboard, cap: usize) {
         let now = self.now();
+        let mut batch: [Pending<'_>; BATCH] = Default::default();
         while !bytes.is_empty() {
-            let mut batch: [Pending<'_>; BATCH] = Default::default();
             let mut n = 0;
             while n < BATCH && !bytes.is_empty() {
                 let end = find_newline(bytes).unwrap_or(bytes.len());
                 let line = bytes.get(..end).unwrap_or_default();
-                batch[n] = if line.len() > cap {
-                    Pending::TooLong
+                if line.len() > cap {
+                    batch[n] = Pending::TooLong;
                 } else {
-                    Self::parse(line)
-                };
+                    Self::parse(line, &mut batch[n]);
+                }
                 n += 1;
                 bytes = bytes.get(end + 1..).unwrap_or_default();
             }
@@ -347,7 +350,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 self.resolve(read);
             }
             for read in &mut batch[..n] {
-                let _ = self.take(std::mem::take(read), board, now);
+                let _ = self.take(read, board, now);
             }
         }
     }
@@ -552,27 +555,36 @@ impl<R: NetworkResolver> Ingestor<R> {
     #[inline]
     pub fn ingest_line(&mut self, line: &[u8], board: &mut Scoreboard) -> Result<usize, BadLine> {
         let now = self.now();
-        let mut read = Self::parse(line);
+        let mut read = Pending::Blank;
+        Self::parse(line, &mut read);
         self.resolve(&mut read);
-        self.take(read, board, now)
+        self.take(&mut read, board, now)
     }
 
-    /// Reads a line without storing or counting anything: parsed, its network not yet
-    /// resolved ([`Ingestor::resolve`] fills it in).
+    /// Reads a line into `read` without storing or counting anything: parsed, its network not
+    /// yet resolved ([`Ingestor::resolve`] fills it in). A slot that held a beacon is read
+    /// into where it stands.
     #[inline]
-    fn parse<'a>(line: &'a [u8]) -> Pending<'a> {
+    fn parse<'a>(line: &'a [u8], read: &mut Pending<'a>) {
         let trimmed = line.trim_ascii();
         if trimmed.is_empty() {
-            return Pending::Blank;
+            *read = Pending::Blank;
+            return;
         }
-        let raw: RawLine<'a> = match fast::parse(trimmed) {
-            Some(raw) => raw,
-            None => match serde_json::from_slice(trimmed) {
-                Ok(raw) => raw,
-                Err(e) => return Pending::Bad(BadLine::NotJson, Some(e.to_string())),
-            },
+        if !matches!(read, Pending::Beacon(..)) {
+            *read = Pending::Beacon(RawLine::default(), Ok(ClientNetwork::default()));
+        }
+        let Pending::Beacon(raw, network) = read else {
+            return;
         };
-        Pending::Beacon(raw, Ok(ClientNetwork::default()))
+        *network = Ok(ClientNetwork::default());
+        if fast::parse_into(trimmed, raw) {
+            return;
+        }
+        match serde_json::from_slice(trimmed) {
+            Ok(slow) => *raw = slow,
+            Err(e) => *read = Pending::Bad(BadLine::NotJson, Some(e.to_string())),
+        }
     }
 
     /// Fills in the network of a beacon [`Ingestor::parse`] read.
@@ -587,7 +599,7 @@ impl<R: NetworkResolver> Ingestor<R> {
     #[inline]
     fn take(
         &mut self,
-        read: Pending<'_>,
+        read: &mut Pending<'_>,
         board: &mut Scoreboard,
         now: Timestamp,
     ) -> Result<usize, BadLine> {
@@ -599,11 +611,15 @@ impl<R: NetworkResolver> Ingestor<R> {
                 return Err(BadLine::NotJson);
             }
             Pending::Bad(reason, detail) => {
+                let reason = *reason;
                 self.report.lines += 1;
-                self.bad(reason, detail);
+                self.bad(reason, detail.take());
                 return Err(reason);
             }
-            Pending::Beacon(raw, network) => (raw, network),
+            Pending::Beacon(raw, network) => (
+                raw,
+                std::mem::replace(network, Ok(ClientNetwork::default())),
+            ),
         };
         self.report.lines += 1;
         match self.store_line(raw, network, board, now) {
@@ -623,7 +639,7 @@ impl<R: NetworkResolver> Ingestor<R> {
 
     fn store_line(
         &mut self,
-        raw: RawLine<'_>,
+        raw: &mut RawLine<'_>,
         network: Result<ClientNetwork, (BadLine, Option<String>)>,
         board: &mut Scoreboard,
         now: Timestamp,
@@ -675,7 +691,7 @@ impl<R: NetworkResolver> Ingestor<R> {
             };
             return self.stored(recorded, &sample).map(|()| (1, unresolved, at));
         }
-        let Some(times) = raw.times else {
+        let Some(times) = raw.times.take() else {
             return Err((BadLine::NotABeacon, None));
         };
         let pairs: Vec<(Cow<'_, str>, Option<f64>)> = match times {
@@ -1334,11 +1350,25 @@ mod fast {
         Some((bit, next))
     }
 
+    /// A line as the fast path reads it; `None` when it leaves the line to `serde_json`.
     pub(super) fn parse(line: &[u8]) -> Option<RawLine<'_>> {
+        let mut out = RawLine::default();
+        parse_into(line, &mut out).then_some(out)
+    }
+
+    /// [`parse`] into `out` (every field written: unset where the line has none); `false`
+    /// when it leaves the line to `serde_json` (`out` then holds part of it).
+    #[inline]
+    pub(super) fn parse_into<'a>(line: &'a [u8], out: &mut RawLine<'a>) -> bool {
+        *out = RawLine::default();
+        read(line, out).is_some()
+    }
+
+    #[inline]
+    fn read<'a>(line: &'a [u8], out: &mut RawLine<'a>) -> Option<()> {
         // Valid UTF-8, checked once: string values are then slices of it between ASCII quotes.
         let s = std::str::from_utf8(line).ok()?;
         let b = line;
-        let mut out = RawLine::default();
         let mut seen = 0u8;
         let mut i = ws(b, 0);
         if b.get(i) != Some(&b'{') {
@@ -1346,7 +1376,7 @@ mod fast {
         }
         i = ws(b, i + 1);
         if b.get(i) == Some(&b'}') {
-            return (ws(b, i + 1) == b.len()).then_some(out);
+            return (ws(b, i + 1) == b.len()).then_some(());
         }
         loop {
             if b.get(i) != Some(&b'"') {
@@ -1426,7 +1456,7 @@ mod fast {
             i = ws(b, i);
             match b.get(i) {
                 Some(b',') => i = ws(b, i + 1),
-                Some(b'}') => return (ws(b, i + 1) == b.len()).then_some(out),
+                Some(b'}') => return (ws(b, i + 1) == b.len()).then_some(()),
                 _ => return None,
             }
         }
