@@ -23,11 +23,11 @@
 //! **Growing past one machine.** Scoreboards serialise (serde) and [`Scoreboard::merge`]
 //! combines shards: buckets are aligned on absolute time and sketches merge exactly.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::fmt;
+use std::hash::Hasher;
 use std::time::Duration;
 
+use hashbrown::{HashTable, hash_table};
 use multicdn_core::policy::RumPolicy;
 use multicdn_core::{CacheStatus, CellStats, Country, NetworkKey, ProviderId, Timestamp};
 use rustc_hash::FxHashMap;
@@ -327,8 +327,10 @@ struct BucketWire {
     sketch: Sketch,
 }
 
-/// The bucket being written: its first few values inline, then one counter a bin.
+/// The bucket being written: its first few values inline, then one counter a bin. Laid out
+/// in this order (`repr(C)`), so what a write reads sits beside the cell's key.
 #[derive(Debug, Clone)]
+#[repr(C)]
 struct OpenBucket {
     index: u32,
     failures: u32,
@@ -347,8 +349,15 @@ struct ClosedBucket {
 }
 
 /// One base cell: its newest bucket open (written to), the older ones closed and packed.
+///
+/// A cell is two cache lines, aligned to them (`repr(C, align(64))`): its key, then the open
+/// bucket, whose index, newest sample and first values fill the rest of the first line. A
+/// write that finds its cell by key reads one line (the key compared, the bucket written).
 #[derive(Debug, Clone)]
+#[repr(C, align(64))]
 struct Cell {
+    /// The packed [`BaseKey`]; the [`CellMap`] sets it.
+    key: u64,
     open: OpenBucket,
     /// Sorted by index, oldest first; all older than `open`.
     closed: Vec<ClosedBucket>,
@@ -357,6 +366,7 @@ struct Cell {
 impl Cell {
     fn new(index: u32) -> Cell {
         Cell {
+            key: 0,
             open: OpenBucket {
                 index,
                 failures: 0,
@@ -655,8 +665,125 @@ impl KeyHasher {
     }
 }
 
-/// The cells by packed key: a lookup lands on the cell itself.
-type CellMap = HashMap<u64, Cell, BuildHasherDefault<KeyHasher>>;
+/// The cells by packed key, each held in the table (its key inside): a lookup compares the
+/// key and writes the bucket in the same cache line.
+#[derive(Clone, Default)]
+struct CellMap {
+    table: HashTable<Cell>,
+}
+
+impl fmt::Debug for CellMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+fn hash_key(cell: &Cell) -> u64 {
+    KeyHasher::default().hashed(cell.key)
+}
+
+impl CellMap {
+    fn with_capacity(n: usize) -> CellMap {
+        CellMap {
+            table: HashTable::with_capacity(n),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    fn capacity(&self) -> usize {
+        self.table.capacity()
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.table.reserve(n, hash_key);
+    }
+
+    fn get(&self, key: u64) -> Option<&Cell> {
+        self.table
+            .find(KeyHasher::default().hashed(key), |c| c.key == key)
+    }
+
+    fn contains_key(&self, key: u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The cell `key`, made by `new` when missing.
+    #[inline]
+    fn get_or_insert_with(&mut self, key: u64, new: impl FnOnce() -> Cell) -> &mut Cell {
+        let hash = KeyHasher::default().hashed(key);
+        match self.table.entry(hash, |c| c.key == key, hash_key) {
+            hash_table::Entry::Occupied(o) => o.into_mut(),
+            hash_table::Entry::Vacant(v) => {
+                let mut cell = new();
+                cell.key = key;
+                v.insert(cell).into_mut()
+            }
+        }
+    }
+
+    /// Puts `cell` under `key`, returning the cell it replaces.
+    fn insert(&mut self, key: u64, mut cell: Cell) -> Option<Cell> {
+        cell.key = key;
+        let hash = KeyHasher::default().hashed(key);
+        match self.table.entry(hash, |c| c.key == key, hash_key) {
+            hash_table::Entry::Occupied(mut o) => Some(std::mem::replace(o.get_mut(), cell)),
+            hash_table::Entry::Vacant(v) => {
+                v.insert(cell);
+                None
+            }
+        }
+    }
+
+    /// Adds `cell` to the cell `key` ([`Cell::merge`]), or puts it there.
+    fn merge_in(&mut self, key: u64, cell: Cell) {
+        let hash = KeyHasher::default().hashed(key);
+        match self.table.entry(hash, |c| c.key == key, hash_key) {
+            hash_table::Entry::Occupied(o) => o.into_mut().merge(&cell),
+            hash_table::Entry::Vacant(v) => {
+                v.insert(Cell { key, ..cell });
+            }
+        }
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&mut Cell) -> bool) {
+        self.table.retain(keep);
+    }
+
+    fn keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.table.iter().map(|c| c.key)
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Cell> {
+        self.table.iter()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u64, &Cell)> {
+        self.table.iter().map(|c| (c.key, c))
+    }
+
+    /// Moves in every cell of `other`, whose keys this map does not hold.
+    fn extend(&mut self, other: CellMap) {
+        for (key, cell) in other {
+            self.insert(key, cell);
+        }
+    }
+}
+
+impl IntoIterator for CellMap {
+    type Item = (u64, Cell);
+    type IntoIter = std::iter::Map<hash_table::IntoIter<Cell>, fn(Cell) -> (u64, Cell)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.table.into_iter().map(|c| (c.key, c))
+    }
+}
 
 /// The scoreboard (see the module documentation).
 #[derive(Debug, Clone)]
@@ -733,7 +860,7 @@ impl Scoreboard {
         let at = at as u16;
         let shift = |slot: u16| if slot >= at { slot + 1 } else { slot };
         if self.cells.keys().any(|k| {
-            let key = BaseKey::unpack(*k);
+            let key = BaseKey::unpack(k);
             key.renumbered(shift) != Some(key)
         }) {
             let cells = std::mem::take(&mut self.cells);
@@ -768,7 +895,7 @@ impl Scoreboard {
     pub fn heap_bytes(&self) -> usize {
         // The table holds an entry and a control byte a slot, at most 7/8 of its slots used.
         let slots = (self.cells.capacity() * 8).div_ceil(7);
-        slots * (std::mem::size_of::<(u64, Cell)>() + 1)
+        slots * (std::mem::size_of::<Cell>() + 1)
             + self.cells.values().map(Cell::heap_bytes).sum::<usize>()
     }
 
@@ -833,10 +960,9 @@ impl Scoreboard {
     /// older than the retention.
     #[inline]
     fn record(&mut self, key: BaseKey, index: u32, at: u64, bin: Option<u32>) -> bool {
-        let cell = match self.cells.entry(key.pack()) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => v.insert(Cell::new(index)),
-        };
+        let cell = self
+            .cells
+            .get_or_insert_with(key.pack(), || Cell::new(index));
         cell.record(index, self.keep, at, bin)
     }
 
@@ -979,7 +1105,7 @@ impl Scoreboard {
     pub fn expire(&mut self, now: Timestamp) {
         let current = self.bucket_at(now);
         let oldest_kept = current.saturating_sub(self.keep - 1);
-        self.cells.retain(|_, cell| {
+        self.cells.retain(|cell| {
             // The open bucket is the newest: when it is out, all are.
             if cell.open.index < oldest_kept {
                 return false;
@@ -1015,17 +1141,19 @@ impl Scoreboard {
             };
             map.push(slot as u16);
         }
-        for (packed, cell) in &other.cells {
-            let Some(key) = BaseKey::unpack(*packed)
+        for (packed, cell) in other.cells.iter() {
+            let Some(key) = BaseKey::unpack(packed)
                 .renumbered(|slot| map.get(usize::from(slot)).copied().unwrap_or(u16::MAX))
             else {
                 continue;
             };
-            match self.cells.entry(key.pack()) {
-                Entry::Occupied(o) => o.into_mut().merge(cell),
-                Entry::Vacant(v) => {
-                    v.insert(cell.clone());
-                }
+            let mut new = false;
+            let held = self.cells.get_or_insert_with(key.pack(), || {
+                new = true;
+                cell.clone()
+            });
+            if !new {
+                held.merge(cell);
             }
         }
         self.quality.add(&other.quality);
@@ -1066,9 +1194,8 @@ impl Scoreboard {
             for (cells, out) in sources.into_iter().zip(split.iter_mut()) {
                 scope.spawn(move || {
                     let each = cells.len() / n + 16;
-                    let mut parts: Vec<CellMap> = (0..n)
-                        .map(|_| CellMap::with_capacity_and_hasher(each, Default::default()))
-                        .collect();
+                    let mut parts: Vec<CellMap> =
+                        (0..n).map(|_| CellMap::with_capacity(each)).collect();
                     for (packed, cell) in cells {
                         if let Some(part) = parts.get_mut(share(packed)) {
                             part.insert(packed, cell);
@@ -1097,12 +1224,7 @@ impl Scoreboard {
                     let mut base = parts.next().unwrap_or_default();
                     for part in parts {
                         for (packed, cell) in part {
-                            match base.entry(packed) {
-                                Entry::Occupied(o) => o.into_mut().merge(&cell),
-                                Entry::Vacant(v) => {
-                                    v.insert(cell);
-                                }
-                            }
+                            base.merge_in(packed, cell);
                         }
                     }
                     *out = base;
@@ -1112,7 +1234,7 @@ impl Scoreboard {
         let mut merged = merged.into_iter();
         self.cells = merged.next().unwrap_or_default();
         self.cells
-            .reserve(merged.as_slice().iter().map(HashMap::len).sum());
+            .reserve(merged.as_slice().iter().map(CellMap::len).sum());
         for part in merged {
             self.cells.extend(part);
         }
@@ -1210,12 +1332,7 @@ impl Scoreboard {
         }
         self.cells.reserve(other.cells.len());
         for (packed, cell) in other.cells {
-            match self.cells.entry(packed) {
-                Entry::Occupied(o) => o.into_mut().merge(&cell),
-                Entry::Vacant(v) => {
-                    v.insert(cell);
-                }
-            }
+            self.cells.merge_in(packed, cell);
         }
     }
 
@@ -1432,9 +1549,9 @@ fn read_snapshots(
         let mut aggs: Vec<Agg> = Vec::with_capacity(windows.len());
         let mut group: Vec<&Cell> = Vec::with_capacity(boards.len());
         for (i, board) in boards.iter().enumerate() {
-            for (packed, cell) in &board.cells {
+            for (packed, cell) in board.cells.iter() {
                 // A key an earlier board holds was read with it.
-                if !take(*packed)
+                if !take(packed)
                     || boards
                         .get(..i)
                         .is_some_and(|earlier| earlier.iter().any(|b| b.cells.contains_key(packed)))
@@ -1446,7 +1563,7 @@ fn read_snapshots(
                 if let Some(later) = boards.get(i + 1..) {
                     group.extend(later.iter().filter_map(|b| b.cells.get(packed)));
                 }
-                let key = BaseKey::unpack(*packed);
+                let key = BaseKey::unpack(packed);
                 acc.clear();
                 aggs.clear();
                 Cell::add_windows(&group, &ordered_firsts, current, &mut acc, &mut aggs);
@@ -2074,8 +2191,8 @@ struct CellWire {
 impl Serialize for Scoreboard {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         // In key order, so one scoreboard always writes the same text.
-        let mut cells: Vec<(&u64, &Cell)> = self.cells.iter().collect();
-        cells.sort_unstable_by_key(|(k, _)| **k);
+        let mut cells: Vec<(u64, &Cell)> = self.cells.iter().collect();
+        cells.sort_unstable_by_key(|(k, _)| *k);
         ScoreboardWire {
             config: self.config.clone(),
             providers: self.providers.clone(),
@@ -2084,7 +2201,7 @@ impl Serialize for Scoreboard {
                 .into_iter()
                 .map(|(k, c)| {
                     (
-                        BaseKey::unpack(*k),
+                        BaseKey::unpack(k),
                         CellWire {
                             buckets: c.to_wire(),
                         },
@@ -2215,6 +2332,26 @@ mod tests {
             snap.cut_for(Metric::Ttfb, &chain, &[p("fastly")]),
             Some(chain[1])
         );
+    }
+
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn a_cell_is_two_cache_lines_with_what_a_write_reads_in_the_first() {
+        assert_eq!(std::mem::size_of::<Cell>(), 128);
+        assert_eq!(std::mem::align_of::<Cell>(), 64);
+        let open = std::mem::offset_of!(Cell, open);
+        for (what, at) in [
+            ("key", std::mem::offset_of!(Cell, key)),
+            ("index", open + std::mem::offset_of!(OpenBucket, index)),
+            ("newest", open + std::mem::offset_of!(OpenBucket, newest)),
+            (
+                "failures",
+                open + std::mem::offset_of!(OpenBucket, failures),
+            ),
+            ("values", open + std::mem::offset_of!(OpenBucket, bins)),
+        ] {
+            assert!(at < 48, "{what} at byte {at}");
+        }
     }
 
     #[test]

@@ -944,7 +944,9 @@ const _: () = assert!(FEW <= LATE_LIMIT as usize);
 /// without touching the heap or scanning a range of counters. The counters, once allocated,
 /// are kept for the next bucket.
 #[derive(Clone, Default)]
+#[repr(C)]
 pub(crate) struct OpenBins {
+    /// (First, with `n`: a scoreboard cell keeps them in the cache line of its key.)
     few: [u16; FEW],
     /// How many of `few` hold values, or [`SPILLED`].
     n: u8,
