@@ -4,8 +4,9 @@
 //! **Writing.** A [`Sample`] lands in one *base cell*, keyed by metric, provider and the
 //! client's `(ASN, country)` pair, and inside it in one short *bucket* (`bucket`, 15 minutes by
 //! default). Buckets older than `retention` are dropped. Writing touches one cell, which is what
-//! keeps ingestion fast: the cell sits in the key table itself (one lookup on a packed `u64`
-//! key), and its newest bucket is open: its first few values kept in the cell itself, then a
+//! keeps ingestion fast: the cell sits in the key table itself, its packed `u64` key inside it
+//! and in the same cache line as what a write reads (one lookup, one line), and its newest
+//! bucket is open: its first few values kept in the cell itself, then a
 //! counter a bin written in place. When a newer bucket opens, the old one is packed (a thin
 //! one kept as its few raw bins; see [`crate::sketch`]); a late sample still reaches its
 //! closed bucket while that bucket is kept. A busy cell fits in under 2 KB.
