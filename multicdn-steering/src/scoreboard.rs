@@ -683,6 +683,9 @@ fn hash_key(cell: &Cell) -> u64 {
     KeyHasher::default().hashed(cell.key)
 }
 
+/// A cell of a [`CellMap`], or where it goes.
+type CellEntry<'a> = hash_table::Entry<'a, Cell>;
+
 impl CellMap {
     fn with_capacity(n: usize) -> CellMap {
         CellMap {
@@ -715,27 +718,28 @@ impl CellMap {
         self.get(key).is_some()
     }
 
+    /// The cell `key`, or its place. A cell put in a vacant place must carry `key`.
+    #[inline]
+    fn entry(&mut self, key: u64) -> CellEntry<'_> {
+        let hash = KeyHasher::default().hashed(key);
+        self.table.entry(hash, |c| c.key == key, hash_key)
+    }
+
     /// The cell `key`, made by `new` when missing.
     #[inline]
     fn get_or_insert_with(&mut self, key: u64, new: impl FnOnce() -> Cell) -> &mut Cell {
-        let hash = KeyHasher::default().hashed(key);
-        match self.table.entry(hash, |c| c.key == key, hash_key) {
-            hash_table::Entry::Occupied(o) => o.into_mut(),
-            hash_table::Entry::Vacant(v) => {
-                let mut cell = new();
-                cell.key = key;
-                v.insert(cell).into_mut()
-            }
+        match self.entry(key) {
+            CellEntry::Occupied(o) => o.into_mut(),
+            CellEntry::Vacant(v) => v.insert(Cell { key, ..new() }).into_mut(),
         }
     }
 
     /// Puts `cell` under `key`, returning the cell it replaces.
-    fn insert(&mut self, key: u64, mut cell: Cell) -> Option<Cell> {
-        cell.key = key;
-        let hash = KeyHasher::default().hashed(key);
-        match self.table.entry(hash, |c| c.key == key, hash_key) {
-            hash_table::Entry::Occupied(mut o) => Some(std::mem::replace(o.get_mut(), cell)),
-            hash_table::Entry::Vacant(v) => {
+    fn insert(&mut self, key: u64, cell: Cell) -> Option<Cell> {
+        let cell = Cell { key, ..cell };
+        match self.entry(key) {
+            CellEntry::Occupied(mut o) => Some(std::mem::replace(o.get_mut(), cell)),
+            CellEntry::Vacant(v) => {
                 v.insert(cell);
                 None
             }
@@ -744,10 +748,9 @@ impl CellMap {
 
     /// Adds `cell` to the cell `key` ([`Cell::merge`]), or puts it there.
     fn merge_in(&mut self, key: u64, cell: Cell) {
-        let hash = KeyHasher::default().hashed(key);
-        match self.table.entry(hash, |c| c.key == key, hash_key) {
-            hash_table::Entry::Occupied(o) => o.into_mut().merge(&cell),
-            hash_table::Entry::Vacant(v) => {
+        match self.entry(key) {
+            CellEntry::Occupied(o) => o.into_mut().merge(&cell),
+            CellEntry::Vacant(v) => {
                 v.insert(Cell { key, ..cell });
             }
         }
@@ -1148,13 +1151,15 @@ impl Scoreboard {
             else {
                 continue;
             };
-            let mut new = false;
-            let held = self.cells.get_or_insert_with(key.pack(), || {
-                new = true;
-                cell.clone()
-            });
-            if !new {
-                held.merge(cell);
+            let key = key.pack();
+            match self.cells.entry(key) {
+                CellEntry::Occupied(o) => o.into_mut().merge(cell),
+                CellEntry::Vacant(v) => {
+                    v.insert(Cell {
+                        key,
+                        ..cell.clone()
+                    });
+                }
             }
         }
         self.quality.add(&other.quality);
