@@ -40,6 +40,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Read;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -321,17 +322,17 @@ impl<R: NetworkResolver> Ingestor<R> {
 
     /// Reads every line of `bytes`; one longer than `cap` is too long.
     ///
-    /// The lines go in batches of [`BATCH`]: each is read (parsed, its address resolved) first,
-    /// then the batch is stored in line order. The reads of a batch do not depend on one
-    /// another, so the processor overlaps their memory accesses (a lookup in a large prefix
-    /// table waits on memory a few times); storing, and everything counted, happens in line
-    /// order as it would one line at a time.
+    /// The lines go in batches of [`BATCH`]: each is parsed first, then the batch's addresses
+    /// are resolved together ([`NetworkResolver::resolve_all`]: a lookup in a prefix table of
+    /// routing-table size waits on memory a few times, and the lookups of a batch wait
+    /// together), then the batch is stored in line order. Storing, and everything counted,
+    /// happens in line order as it would one line at a time.
     ///
     /// Each line is read into its slot of the batch and stored from there: a beacon's fields
     /// (some 200 bytes) are written once, not moved from the parser to the batch to the store.
     fn ingest_block(&mut self, mut bytes: &[u8], board: &mut Scoreboard, cap: usize) {
         let now = self.now();
-        let mut batch: [Pending<'_>; BATCH] = Default::default();
+        let mut batch: [Pending<'_>; BATCH] = std::array::from_fn(|_| Pending::Blank);
         while !bytes.is_empty() {
             let mut n = 0;
             while n < BATCH && !bytes.is_empty() {
@@ -345,10 +346,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 n += 1;
                 bytes = bytes.get(end + 1..).unwrap_or_default();
             }
-            // The networks in a loop of their own: a few lookups in flight at once.
-            for read in &mut batch[..n] {
-                self.resolve(read);
-            }
+            self.resolve_batch(&mut batch[..n]);
             for read in &mut batch[..n] {
                 let _ = self.take(read, board, now);
             }
@@ -595,6 +593,45 @@ impl<R: NetworkResolver> Ingestor<R> {
         }
     }
 
+    /// [`Ingestor::resolve`] of a batch, its addresses looked up together
+    /// ([`NetworkResolver::resolve_all`]: their memory reads overlap).
+    #[inline]
+    fn resolve_batch(&self, batch: &mut [Pending<'_>]) {
+        let mut ips = [IpAddr::V4(Ipv4Addr::UNSPECIFIED); BATCH];
+        let mut nets = [ClientNetwork::default(); BATCH];
+        let mut m = 0;
+        for read in batch.iter_mut() {
+            let Pending::Beacon(raw, network) = read else {
+                continue;
+            };
+            if let Some(text) = raw.ip.as_deref() {
+                match crate::resolve::parse_ip(text) {
+                    Some(ip) if m < BATCH => {
+                        ips[m] = ip;
+                        m += 1;
+                    }
+                    Some(_) => {}
+                    None => *network = Err((BadLine::BadNetwork, Some(quote("ip", text)))),
+                }
+            }
+        }
+        self.resolver.resolve_all(&ips[..m], &mut nets[..m]);
+        let mut resolved = nets[..m].iter();
+        for read in batch.iter_mut() {
+            let Pending::Beacon(raw, network) = read else {
+                continue;
+            };
+            if network.is_err() {
+                continue;
+            }
+            let net = match raw.ip {
+                Some(_) => resolved.next().copied().unwrap_or_default(),
+                None => ClientNetwork::default(),
+            };
+            *network = Self::network_of(raw, net);
+        }
+    }
+
     /// Numbers, counts and stores a line [`Ingestor::parse`] read.
     #[inline]
     fn take(
@@ -800,7 +837,7 @@ impl<R: NetworkResolver> Ingestor<R> {
 
     #[inline]
     fn network(&self, raw: &RawLine<'_>) -> Result<ClientNetwork, (BadLine, Option<String>)> {
-        let mut net = match raw.ip.as_deref() {
+        let net = match raw.ip.as_deref() {
             Some(ip) => {
                 let ip = crate::resolve::parse_ip(ip)
                     .ok_or_else(|| (BadLine::BadNetwork, Some(quote("ip", ip))))?;
@@ -808,6 +845,15 @@ impl<R: NetworkResolver> Ingestor<R> {
             }
             None => ClientNetwork::default(),
         };
+        Self::network_of(raw, net)
+    }
+
+    /// A beacon's network: its address's, `net`, with the `asn` and `country` the line gives.
+    #[inline]
+    fn network_of(
+        raw: &RawLine<'_>,
+        mut net: ClientNetwork,
+    ) -> Result<ClientNetwork, (BadLine, Option<String>)> {
         if let Some(a) = raw.asn {
             net.asn = Some(a);
         }
@@ -929,7 +975,7 @@ fn split_lines(
 }
 
 /// Lines read ahead of storing them (see [`Ingestor::ingest_block`]).
-const BATCH: usize = 16;
+const BATCH: usize = 64;
 
 /// A line read but not yet numbered, counted or stored (see [`Ingestor::parse`]).
 #[derive(Default)]
@@ -1807,6 +1853,97 @@ mod tests {
         assert_eq!(a.report().beacons, 2);
         assert_eq!(a.take_report().bad(BadLine::NotABeacon), 1);
         assert_eq!(a.report().lines, 0);
+    }
+
+    #[test]
+    fn a_block_resolves_its_addresses_as_its_lines_one_at_a_time_would() {
+        let mut table = PrefixTable::builder();
+        for (prefix, asn, country) in [
+            ("10.0.0.0/8", 1, "DE"),
+            ("10.1.0.0/16", 2, "FR"),
+            ("10.1.2.0/24", 3, "GB"),
+            ("2001:db8::/32", 4, "US"),
+        ] {
+            table
+                .insert(
+                    prefix,
+                    ClientNetwork::new(Some(asn), Some(Country::new(country).unwrap())),
+                )
+                .unwrap();
+        }
+        let table = Arc::new(table.build());
+        // Every way a line's network comes about, more lines than a batch holds, in an order
+        // that puts each kind at many places of a batch.
+        let kinds = [
+            r#""ip":"10.1.2.3""#,
+            r#""ip":"10.1.9.9""#,
+            r#""ip":"10.7.0.1""#,
+            r#""ip":"11.0.0.1""#,
+            r#""ip":"2001:db8::7""#,
+            r#""ip":"::ffff:10.1.2.3""#,
+            r#""ip":"10.1.2""#,
+            r#""ip":"10.1.2.3","asn":99"#,
+            r#""ip":"10.1.2.3","country":"xx""#,
+            r#""asn":5,"country":"JP""#,
+        ];
+        let mut text = String::new();
+        for i in 0..400usize {
+            match i % 13 {
+                11 => text.push_str("not json\n"),
+                12 => text.push('\n'),
+                _ => {
+                    let kind = kinds[(i * 7) % kinds.len()];
+                    let (provider, ttfb) = (["fastly", "cloudflare"][i % 2], 10 + i % 90);
+                    if i % 5 == 0 {
+                        text.push_str(&format!(
+                            "{{\"at\":1000,{kind},\"times\":{{\"fastly\":{ttfb},\"cloudflare\":{}}}}}\n",
+                            ttfb + 5
+                        ));
+                    } else {
+                        text.push_str(&format!(
+                            "{{\"at\":1000,{kind},\"ttfb\":{ttfb},\"provider\":\"{provider}\"}}\n"
+                        ));
+                    }
+                }
+            }
+        }
+        let now = Timestamp::from_millis(2000);
+        let mut block = Ingestor::new(table.clone()).received_at(now);
+        let mut single = Ingestor::new(table).received_at(now);
+        let (mut by_block, mut by_line) = (board(), board());
+        block.ingest_bytes(text.as_bytes(), &mut by_block);
+        for line in text.lines() {
+            let _ = single.ingest_line(line.as_bytes(), &mut by_line);
+        }
+        assert_eq!(block.report(), single.report());
+        let report = block.report();
+        // `11.0.0.1` is in no prefix; `10.1.2` is no address and `xx` no country.
+        assert!(report.unresolved > 0);
+        assert!(report.bad(BadLine::BadNetwork) > 0);
+        let window = Duration::from_secs(3600);
+        let (a, b) = (
+            by_block.snapshot(now, window),
+            by_line.snapshot(now, window),
+        );
+        for network in [1, 2, 3, 4, 5, 99].map(NetworkKey::Asn).into_iter().chain([
+            NetworkKey::Country(Country::new("GB").unwrap()),
+            NetworkKey::Global,
+        ]) {
+            for metric in [Metric::Ttfb, Metric::Probe] {
+                for p in by_block.providers() {
+                    let cell = a.cell(metric, network, p);
+                    assert_eq!(
+                        cell,
+                        b.cell(metric, network, p),
+                        "{network:?} {metric:?} {p}"
+                    );
+                    assert_eq!(
+                        cell.network, network,
+                        "{network:?} {metric:?} {p} has samples"
+                    );
+                }
+            }
+        }
     }
 
     /// A reader that hands out at most `step` bytes a call, so lines straddle every read.
