@@ -191,19 +191,44 @@ fn a_snapshot_read_on_several_threads_is_the_one_read_on_one() {
     same_snapshots(&one, &board.snapshots_on(now, &WINDOWS, 3));
 }
 
+/// The settings shards are made with, the whole stream in one scoreboard, and its snapshots.
+fn whole_stream() -> (ScoreboardConfig, Scoreboard, Vec<Snapshot>) {
+    // Kept as long as the longest window: a scoreboard drops a cell's buckets past the
+    // retention as its newer ones open, which a shard holding only the older ones cannot.
+    let config = ScoreboardConfig::default().retention(WINDOWS[1]);
+    let mut whole = Scoreboard::new(config.clone(), &three_providers()).unwrap();
+    fill(std::slice::from_mut(&mut whole), |_| 0);
+    let want = whole.snapshots_on(Timestamp::from_millis(NOW), &WINDOWS, 1);
+    (config, whole, want)
+}
+
+/// Two shards fed block by block, as the parallel ingest feeds them, read on a thread each:
+/// the keys both hold, those only one holds, whichever thread's ASNs they are, read once.
+#[test]
+fn two_shards_read_on_a_thread_each_read_as_one_scoreboard() {
+    let (config, whole, want) = whole_stream();
+    let (providers, now) = (three_providers(), Timestamp::from_millis(NOW));
+    let mut shards: Vec<Scoreboard> = (0..2)
+        .map(|_| Scoreboard::new(config.clone(), &providers).unwrap())
+        .collect();
+    fill(&mut shards, |i| ((i / 5_000) % 2) as usize);
+    let shared = shards[0].cells() + shards[1].cells() - whole.cells();
+    assert!(
+        shared > 10_000 && shared < whole.cells() - 10_000,
+        "{shared} shared"
+    );
+    let shards = ScoreboardShards::new(shards).unwrap();
+    assert_eq!(shards.cells(), whole.cells());
+    same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 2));
+}
+
 /// Shards of one stream, read as one without merging them, read as the whole stream in one
 /// scoreboard does: on one thread and on several, whether the shards started out naming the
 /// same providers or not, and once merged.
 #[test]
 fn shards_read_as_one_read_as_one_scoreboard() {
-    // Kept as long as the longest window: a scoreboard drops a cell's buckets past the
-    // retention as its newer ones open, which a shard holding only the older ones cannot.
-    let config = ScoreboardConfig::default().retention(WINDOWS[1]);
-    let providers = three_providers();
-    let mut whole = Scoreboard::new(config.clone(), &providers).unwrap();
-    fill(std::slice::from_mut(&mut whole), |_| 0);
-    let now = Timestamp::from_millis(NOW);
-    let want = whole.snapshots_on(now, &WINDOWS, 1);
+    let (config, whole, want) = whole_stream();
+    let (providers, now) = (three_providers(), Timestamp::from_millis(NOW));
 
     // Four shards, one of them naming a provider more, which sorts between the others (so
     // the other shards renumber their cells when the four are read together); loads dealt
@@ -222,6 +247,8 @@ fn shards_read_as_one_read_as_one_scoreboard() {
     assert_eq!(shards.quality(), whole.quality());
     same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 1));
     same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 3));
+    // A thread a shard, each walking its own (keys some shards lack handed to their owner).
+    same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 4));
     let merged = shards.merged();
     assert_eq!(merged.cells(), whole.cells());
     same_snapshots(&want, &merged.snapshots_on(now, &WINDOWS, 2));
