@@ -1470,22 +1470,44 @@ impl ScoreboardShards {
 
     /// How many base cells hold data (a key several shards hold counts once).
     pub fn cells(&self) -> usize {
-        self.boards
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let earlier = self.boards.get(..i).unwrap_or_default();
-                b.cells
-                    .keys()
-                    .filter(|k| !earlier.iter().any(|e| e.cells.contains_key(*k)))
-                    .count()
-            })
-            .sum()
+        self.per_shard(|i, b| {
+            let earlier = self.boards.get(..i).unwrap_or_default();
+            b.cells
+                .keys()
+                .filter(|k| !earlier.iter().any(|e| e.cells.contains_key(*k)))
+                .count()
+        })
+        .into_iter()
+        .sum()
     }
 
     /// Bytes the shards hold on the heap ([`Scoreboard::heap_bytes`] of each, added up).
     pub fn heap_bytes(&self) -> usize {
-        self.boards.iter().map(Scoreboard::heap_bytes).sum()
+        self.per_shard(|_, b| b.heap_bytes()).into_iter().sum()
+    }
+
+    /// `f` of each shard (its place and itself), on a thread a shard when they are large
+    /// enough for threads to pay (as a read is, [`read_snapshots`]).
+    fn per_shard<T: Send>(&self, f: impl Fn(usize, &Scoreboard) -> T + Sync) -> Vec<T> {
+        let cells: usize = self.boards.iter().map(|b| b.cells.len()).sum();
+        if self.boards.len() == 1 || cells < 65_536 {
+            return self
+                .boards
+                .iter()
+                .enumerate()
+                .map(|(i, b)| f(i, b))
+                .collect();
+        }
+        let f = &f;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .boards
+                .iter()
+                .enumerate()
+                .map(|(i, b)| scope.spawn(move || f(i, b)))
+                .collect();
+            handles.into_iter().map(joined).collect()
+        })
     }
 
     /// [`Scoreboard::snapshots_on`] of the shards read as one: the snapshots of the shards
