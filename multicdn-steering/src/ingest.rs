@@ -597,6 +597,15 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// ([`NetworkResolver::resolve_all`]: their memory reads overlap).
     #[inline]
     fn resolve_batch(&self, batch: &mut [Pending<'_>]) {
+        // At most BATCH lines at a time: every address of a chunk has its place below.
+        for chunk in batch.chunks_mut(BATCH) {
+            self.resolve_chunk(chunk);
+        }
+    }
+
+    /// [`Ingestor::resolve_batch`] of at most [`BATCH`] lines.
+    #[inline]
+    fn resolve_chunk(&self, batch: &mut [Pending<'_>]) {
         let mut ips = [IpAddr::V4(Ipv4Addr::UNSPECIFIED); BATCH];
         let mut nets = [ClientNetwork::default(); BATCH];
         let mut m = 0;
@@ -606,11 +615,13 @@ impl<R: NetworkResolver> Ingestor<R> {
             };
             if let Some(text) = raw.ip.as_deref() {
                 match crate::resolve::parse_ip(text) {
-                    Some(ip) if m < BATCH => {
-                        ips[m] = ip;
-                        m += 1;
+                    // One address a line, at most BATCH lines: there is always a place.
+                    Some(ip) => {
+                        if let Some(place) = ips.get_mut(m) {
+                            *place = ip;
+                            m += 1;
+                        }
                     }
-                    Some(_) => {}
                     None => *network = Err((BadLine::BadNetwork, Some(quote("ip", text)))),
                 }
             }
