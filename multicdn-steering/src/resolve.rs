@@ -309,20 +309,19 @@ impl PrefixTable {
         let n = ips.len().min(out.len()).min(LANES);
         let (mut v4, mut v6) = (Lanes::<u32>::new(), Lanes::<u128>::new());
         for (k, ip) in ips.iter().take(n).enumerate() {
-            let (v4_addr, v6_addr) = match ip {
-                IpAddr::V4(a) => (Some(*a), None),
-                IpAddr::V6(a) => (a.to_ipv4_mapped(), Some(*a)),
+            let v4_addr = match ip {
+                IpAddr::V4(a) => Ok(*a),
+                IpAddr::V6(a) => a.to_ipv4_mapped().ok_or(*a),
             };
-            match (v4_addr, v6_addr) {
-                (Some(a), _) => {
+            match v4_addr {
+                Ok(a) => {
                     let ip = u32::from(a);
                     v4.push(k, ip, self.v4_block(ip));
                 }
-                (None, Some(a)) => {
+                Err(a) => {
                     let ip = u128::from(a);
                     v6.push(k, ip, self.v6_block(ip));
                 }
-                (None, None) => {}
             }
         }
         for (k, ip, below) in v4.search(&self.v4_starts) {

@@ -1490,7 +1490,7 @@ impl ScoreboardShards {
     /// enough for threads to pay (as a read is, [`read_snapshots`]).
     fn per_shard<T: Send>(&self, f: impl Fn(usize, &Scoreboard) -> T + Sync) -> Vec<T> {
         let cells: usize = self.boards.iter().map(|b| b.cells.len()).sum();
-        if self.boards.len() == 1 || cells < 65_536 {
+        if self.boards.len() == 1 || cells < PARALLEL_CELLS {
             return self
                 .boards
                 .iter()
@@ -1607,7 +1607,7 @@ fn read_snapshots(
     // An ASN's cells (in every country) go to one thread: its cuts are whole there.
     let asn_share =
         |packed: u64| (KeyHasher::default().hashed(packed >> 28) % threads as u64) as usize;
-    let read_by: Vec<Vec<Parts>> = if threads == 1 || cells < 65_536 {
+    let read_by: Vec<Vec<Parts>> = if threads == 1 || cells < PARALLEL_CELLS {
         vec![read(&|_| true)]
     } else if threads == boards.len() {
         read_shard_by_shard(boards, &windows_read, &asn_share)
@@ -1636,6 +1636,9 @@ fn read_snapshots(
         .collect()
 }
 
+/// The fewest cells (over every board read) worth reading on several threads.
+const PARALLEL_CELLS: usize = 65_536;
+
 /// What a scoped thread returned, its panic raised again.
 fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
     handle
@@ -1652,10 +1655,16 @@ struct WindowsRead<'a> {
 }
 
 impl WindowsRead<'_> {
+    /// A reader starting empty.
     fn reader(&self) -> WindowsReader<'_> {
+        self.reader_into(self.order.iter().map(|_| Parts::default()).collect())
+    }
+
+    /// A reader adding to `parts` (one a window, as [`WindowsReader::parts`]).
+    fn reader_into(&self, parts: Vec<Parts>) -> WindowsReader<'_> {
         WindowsReader {
             windows: self,
-            parts: self.order.iter().map(|_| Parts::default()).collect(),
+            parts,
             acc: Accumulator::new(),
             aggs: Vec::with_capacity(self.order.len()),
         }
@@ -1760,24 +1769,20 @@ fn read_shard_by_shard(
         handles.into_iter().map(joined).collect()
     });
     // Each owner reads what was handed to it, into its own parts.
-    let (mut parts, mut handed): (Vec<Vec<Parts>>, Vec<Vec<Handed<'_>>>) =
-        walked.into_iter().unzip();
+    let (parts, handed): (Vec<Vec<Parts>>, Vec<Vec<Handed<'_>>>) = walked.into_iter().unzip();
     let mut to: Vec<Vec<Handed<'_>>> = (0..n).map(|_| Vec::with_capacity(n)).collect();
-    for from in &mut handed {
-        for (o, h) in from.drain(..).enumerate() {
-            if let Some(list) = to.get_mut(o) {
-                list.push(h);
-            }
+    for from in handed {
+        for (list, h) in to.iter_mut().zip(from) {
+            list.push(h);
         }
     }
     std::thread::scope(|scope| {
         let handles: Vec<_> = parts
-            .drain(..)
+            .into_iter()
             .zip(to)
             .map(|(parts, handed)| {
                 scope.spawn(move || {
-                    let mut reader = windows.reader();
-                    reader.parts = parts;
+                    let mut reader = windows.reader_into(parts);
                     for h in &handed {
                         for &(packed, at, len) in &h.keys {
                             if let Some(group) = h.cells.get(at..at + len) {
