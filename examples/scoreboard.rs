@@ -152,13 +152,14 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         Some(at) => ingest.received_at(at),
         None => ingest.replay_until(SystemClock.now()),
     };
-    let (name, input): (&str, std::io::Result<Box<dyn std::io::Read>>) = if cli.input == "-" {
-        ("stdin", Ok(Box::new(std::io::stdin().lock())))
+    let (name, input): (&str, std::io::Result<Box<dyn std::io::Read + Send>>) = if cli.input == "-"
+    {
+        ("stdin", Ok(Box::new(std::io::stdin())))
     } else {
         let file = std::fs::File::open(&cli.input);
         (
             cli.input.as_str(),
-            file.map(|f| Box::new(f) as Box<dyn std::io::Read>),
+            file.map(|f| Box::new(f) as Box<dyn std::io::Read + Send>),
         )
     };
     // With --threads N, N shards read as one: their window is read without merging them.

@@ -385,13 +385,14 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// [`ingest_reader`](Ingestor::ingest_reader) on one thread, with two differences a reader
     /// of a replayed log may see: each shard learns up to the discovery limit (the merged
     /// scoreboard has their union), and [`replay_until`](Ingestor::replay_until)'s retention
-    /// counts back from each shard's newest line. The calling thread reads and cuts the stream
-    /// at line ends into blocks of a few MiB, handed out in turn; memory stays bounded (two
-    /// blocks queued a worker, their buffers reused once read). `threads` of 0 or 1 reads on
-    /// the calling thread.
+    /// counts back from each shard's newest line. The threads (the calling one among them)
+    /// take turns at the stream: each reads the next block of a few MiB, cut at a line end,
+    /// whenever it is done with its last, so a thread slowed down reads fewer blocks and none
+    /// waits for it; which lines land in which shard depends on that. Memory stays bounded: a
+    /// block a thread, its buffer reused. `threads` of 0 or 1 reads on the calling thread.
     pub fn ingest_reader_parallel(
         &mut self,
-        reader: impl Read,
+        reader: impl Read + Send,
         board: &mut Scoreboard,
         threads: usize,
     ) -> std::io::Result<()>
@@ -427,7 +428,7 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// the lines before it are in the shards and the report.
     pub fn ingest_reader_shards(
         &mut self,
-        reader: impl Read,
+        reader: impl Read + Send,
         shards: &mut ScoreboardShards,
     ) -> std::io::Result<()>
     where
@@ -442,15 +443,23 @@ impl<R: NetworkResolver> Ingestor<R> {
         read
     }
 
-    /// Reads a stream on one worker thread a board of `boards` (at least two), each into
-    /// its board; the reports are added to this ingestor's, an I/O error's included (the
-    /// lines read before it are in the boards and the report).
-    fn read_shards(&mut self, reader: impl Read, boards: &mut [Scoreboard]) -> std::io::Result<()>
+    /// Reads a stream on one thread a board of `boards` (at least two; the calling thread
+    /// reads into the first), each into its board; the reports are added to this ingestor's,
+    /// an I/O error's included (the lines read before it are in the boards and the report).
+    ///
+    /// The threads take turns at the stream: each, when done with its block, reads and
+    /// numbers the next one (a few MiB cut at a line end) and stores it unlocked. A thread
+    /// slowed down (its core taken for a while) only reads fewer blocks; none waits for
+    /// another, and no thread of its own reads ahead. Memory: a block a thread.
+    fn read_shards(
+        &mut self,
+        reader: impl Read + Send,
+        boards: &mut [Scoreboard],
+    ) -> std::io::Result<()>
     where
         R: Clone + Send,
     {
         const CHUNK: usize = 4 * BLOCK;
-        let threads = boards.len();
         let mut shards: Vec<(Ingestor<R>, &mut Scoreboard)> = boards
             .iter_mut()
             .map(|shard| {
@@ -466,63 +475,77 @@ impl<R: NetworkResolver> Ingestor<R> {
                 (ingestor, shard)
             })
             .collect();
-        let first_line = self.line_no + 1;
-        // Blocks read go back to the reader to be filled again: no fresh allocation (and its
-        // page faults) a block.
-        let (give_back, taken_back) = std::sync::mpsc::sync_channel::<Vec<u8>>(3 * threads + 1);
-        let read = std::thread::scope(|scope| {
-            let mut senders = Vec::with_capacity(threads);
-            for (ingestor, shard) in &mut shards {
-                let (tx, rx) = std::sync::mpsc::sync_channel::<Block>(2);
-                senders.push(tx);
-                let give_back = give_back.clone();
-                scope.spawn(move || {
-                    for block in rx {
-                        ingestor.take_block(&block, shard);
-                        if let Some(bytes) = block.bytes {
-                            let _ = give_back.try_send(bytes);
-                        }
-                    }
-                });
-            }
-            let mut next = 0usize;
-            let mut line = first_line;
-            let fresh = || taken_back.try_recv().unwrap_or_default();
-            let read = split_lines(reader, CHUNK, fresh, |piece| {
-                let (bytes, count) = match piece {
-                    // The last piece may end without a newline.
-                    Piece::Lines(lines) => {
-                        let count = bytecount(&lines) + u64::from(lines.last() != Some(&b'\n'));
-                        (Some(lines), count)
-                    }
-                    Piece::TooLong => (None, 1),
-                };
-                let block = Block {
-                    first_line: line,
-                    bytes,
-                };
-                line += count;
-                // A worker gone means it panicked; the scope re-raises that when it ends.
-                let _ = senders[next % threads].send(block);
-                next += 1;
-            });
-            (line, read)
+        let stream = std::sync::Mutex::new(Stream {
+            splitter: Splitter::new(reader, CHUNK),
+            next_line: self.line_no + 1,
+            error: None,
         });
-        self.line_no = read.0 - 1;
+        std::thread::scope(|scope| {
+            let mut shards = shards.iter_mut();
+            let here = shards.next();
+            for (ingestor, shard) in shards {
+                let stream = &stream;
+                scope.spawn(move || ingestor.take_turns(stream, shard));
+            }
+            if let Some((ingestor, shard)) = here {
+                ingestor.take_turns(&stream, shard);
+            }
+        });
+        // A thread that panicked is re-raised by the scope: the stream is whole here.
+        let stream = stream
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.line_no = stream.next_line - 1;
         for (ingestor, _) in &shards {
             self.report.merge(&ingestor.report);
         }
-        read.1
+        match stream.error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
-    /// Ingests one block a shard was handed.
-    fn take_block(&mut self, block: &Block, shard: &mut Scoreboard) {
-        self.set_next_line(block.first_line);
-        match &block.bytes {
-            Some(lines) => self.ingest_block(lines, shard, MAX_LINE),
-            None => {
-                self.line_no += 1;
-                self.too_long();
+    /// One shard's thread of [`Ingestor::read_shards`]: the next block of `stream`, numbered,
+    /// stored into `shard`, until the stream ends or fails.
+    fn take_turns<S: Read + Send>(
+        &mut self,
+        stream: &std::sync::Mutex<Stream<S>>,
+        shard: &mut Scoreboard,
+    ) {
+        let mut buf = Vec::new();
+        loop {
+            let (first, cut) = {
+                // Poisoned: another thread panicked, which the scope re-raises.
+                let Ok(mut stream) = stream.lock() else {
+                    return;
+                };
+                if stream.error.is_some() {
+                    return;
+                }
+                let first = stream.next_line;
+                match stream.splitter.next(&mut buf) {
+                    Ok(None) => return,
+                    Ok(Some(cut)) => {
+                        stream.next_line += match cut {
+                            // The last piece may end without a newline.
+                            Cut::Lines => newlines(&buf) + u64::from(buf.last() != Some(&b'\n')),
+                            Cut::TooLong => 1,
+                        };
+                        (first, cut)
+                    }
+                    Err(e) => {
+                        stream.error = Some(e);
+                        return;
+                    }
+                }
+            };
+            self.set_next_line(first);
+            match cut {
+                Cut::Lines => self.ingest_block(&buf, shard, MAX_LINE),
+                Cut::TooLong => {
+                    self.line_no += 1;
+                    self.too_long();
+                }
             }
         }
     }
@@ -915,72 +938,132 @@ enum Piece {
 /// too long to hold as [`Piece::TooLong`] (its bytes are dropped up to its newline). Memory
 /// stays at the buffers `f` keeps, whatever the stream.
 fn split_lines(
-    mut reader: impl Read,
+    reader: impl Read,
     size: usize,
     mut fresh: impl FnMut() -> Vec<u8>,
     mut f: impl FnMut(Piece),
 ) -> std::io::Result<()> {
-    let size = size.max(MAX_LINE + 1);
-    // The incomplete line at the end of the last block: the next one starts with it.
-    let mut carry: Vec<u8> = Vec::new();
-    // Inside a line too long to hold: its bytes are dropped until its newline.
-    let mut skipping = false;
+    let mut splitter = Splitter::new(reader, size);
+    let mut buf = Vec::new();
     loop {
-        let mut buf = fresh();
-        buf.clear();
-        buf.reserve(size);
-        buf.extend_from_slice(&carry);
-        carry.clear();
-        let before = buf.len();
-        // Fills the block (several reads from a pipe), into the buffer's spare room.
-        let want = (size - before) as u64;
-        // An error ends the stream once the complete lines read before it are handed on.
-        let failed = reader.by_ref().take(want).read_to_end(&mut buf).err();
-        let n = buf.len() - before;
-        let failed = match failed {
-            Some(e) if n == 0 => return Err(e),
-            other => other,
-        };
-        if n == 0 {
-            // The end: a last line without its newline.
-            if !skipping && !buf.is_empty() {
-                f(Piece::Lines(buf));
+        if buf.capacity() == 0 {
+            buf = fresh();
+        }
+        match splitter.next(&mut buf)? {
+            None => return Ok(()),
+            Some(Cut::Lines) => f(Piece::Lines(std::mem::take(&mut buf))),
+            Some(Cut::TooLong) => f(Piece::TooLong),
+        }
+    }
+}
+
+/// What [`Splitter::next`] cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Whole lines, in the buffer given (the last piece of a stream may end without its
+    /// newline).
+    Lines,
+    /// A line longer than [`MAX_LINE`], skipped unread (the buffer given holds nothing).
+    TooLong,
+}
+
+/// A stream cut at line ends, a piece at a time, for whoever asks next (see
+/// [`split_lines`]): the shards' threads take turns at it, each reading its next block when
+/// it is ready for one.
+struct Splitter<R> {
+    reader: R,
+    size: usize,
+    /// The incomplete line at the end of the last block: the next one starts with it.
+    carry: Vec<u8>,
+    /// Inside a line too long to hold: its bytes are dropped until its newline.
+    skipping: bool,
+    /// A line too long ended the last block: it is the next piece.
+    too_long_next: bool,
+    /// An error met after the last block's lines: returned once they are handed out.
+    failed: Option<std::io::Error>,
+    /// The stream ended (or failed): no more pieces.
+    done: bool,
+}
+
+impl<R: Read> Splitter<R> {
+    fn new(reader: R, size: usize) -> Splitter<R> {
+        Splitter {
+            reader,
+            size: size.max(MAX_LINE + 1),
+            carry: Vec::new(),
+            skipping: false,
+            too_long_next: false,
+            failed: None,
+            done: false,
+        }
+    }
+
+    /// The next piece: whole lines read into `buf` (its capacity reused, at most the block
+    /// size read), a line too long, or `None` at the end. An I/O error comes after the
+    /// complete lines read before it, and ends the stream.
+    fn next(&mut self, buf: &mut Vec<u8>) -> std::io::Result<Option<Cut>> {
+        loop {
+            if std::mem::take(&mut self.too_long_next) {
+                return Ok(Some(Cut::TooLong));
             }
-            return Ok(());
-        }
-        let mut start = 0;
-        if skipping {
-            let Some(end) = find_newline(&buf) else {
-                match failed {
-                    Some(e) => return Err(e),
-                    None => continue,
+            if let Some(e) = self.failed.take() {
+                self.done = true;
+                return Err(e);
+            }
+            if self.done {
+                return Ok(None);
+            }
+            buf.clear();
+            buf.reserve(self.size);
+            buf.extend_from_slice(&self.carry);
+            self.carry.clear();
+            let before = buf.len();
+            // Fills the block (several reads from a pipe), into the buffer's spare room.
+            let want = (self.size - before) as u64;
+            // An error ends the stream once the complete lines read before it are handed on.
+            let failed = self.reader.by_ref().take(want).read_to_end(buf).err();
+            let n = buf.len() - before;
+            if n == 0 {
+                self.done = true;
+                if let Some(e) = failed {
+                    buf.clear();
+                    return Err(e);
                 }
+                // The end: a last line without its newline.
+                if !self.skipping && !buf.is_empty() {
+                    return Ok(Some(Cut::Lines));
+                }
+                return Ok(None);
+            }
+            self.failed = failed;
+            let mut start = 0;
+            if self.skipping {
+                let Some(end) = find_newline(buf) else {
+                    buf.clear();
+                    continue;
+                };
+                self.skipping = false;
+                start = end + 1;
+            }
+            let complete = match buf.get(start..).and_then(|b| memchr::memrchr(b'\n', b)) {
+                Some(last) => start + last + 1,
+                None => start,
             };
-            skipping = false;
-            start = end + 1;
-        }
-        let complete = match buf.get(start..).and_then(|b| memchr::memrchr(b'\n', b)) {
-            Some(last) => start + last + 1,
-            None => start,
-        };
-        let rest = buf.len() - complete;
-        if rest > MAX_LINE {
-            skipping = true;
-        } else {
-            carry.extend_from_slice(buf.get(complete..).unwrap_or_default());
-        }
-        buf.truncate(complete);
-        if start > 0 {
-            buf.drain(..start);
-        }
-        if !buf.is_empty() {
-            f(Piece::Lines(buf));
-        }
-        if skipping {
-            f(Piece::TooLong);
-        }
-        if let Some(e) = failed {
-            return Err(e);
+            let rest = buf.len() - complete;
+            if rest > MAX_LINE {
+                self.skipping = true;
+                self.too_long_next = true;
+            } else {
+                self.carry
+                    .extend_from_slice(buf.get(complete..).unwrap_or_default());
+            }
+            buf.truncate(complete);
+            if start > 0 {
+                buf.drain(..start);
+            }
+            if !buf.is_empty() {
+                return Ok(Some(Cut::Lines));
+            }
         }
     }
 }
@@ -1006,16 +1089,18 @@ enum Pending<'a> {
     ),
 }
 
-/// A block of whole lines for a shard (`None`: a line too long to read), numbered from
-/// `first_line` in the whole input.
-struct Block {
-    first_line: u64,
-    bytes: Option<Vec<u8>>,
+/// The stream the shards' threads take turns at (see [`Ingestor::read_shards`]).
+struct Stream<R> {
+    splitter: Splitter<R>,
+    /// The number of the next block's first line in the whole input.
+    next_line: u64,
+    /// The error that ended the stream.
+    error: Option<std::io::Error>,
 }
 
-/// How many `\n` in `b`.
-fn bytecount(b: &[u8]) -> u64 {
-    memchr::memchr_iter(b'\n', b).count() as u64
+/// How many `\n` in `b` (counted many bytes a step: it is done with the stream locked).
+fn newlines(b: &[u8]) -> u64 {
+    b.iter().map(|&c| u64::from(c == b'\n')).sum()
 }
 
 /// The first `\n` (`memchr`: many bytes a step).
@@ -2068,6 +2153,87 @@ mod tests {
             assert_eq!(ing.report().beacons, 50_100, "{threads} shards");
             assert_eq!(shards.quality().stored, 50_100, "{threads} shards");
         }
+    }
+
+    /// A resolver whose second clone (the second shard's) stalls on its first batch until the
+    /// others have resolved `enough` batches (or a timeout passes).
+    #[derive(Debug)]
+    struct StallsOnce {
+        id: usize,
+        clones: Arc<std::sync::atomic::AtomicUsize>,
+        others: Arc<std::sync::atomic::AtomicUsize>,
+        enough: usize,
+        stalled: std::sync::atomic::AtomicBool,
+    }
+
+    impl Clone for StallsOnce {
+        fn clone(&self) -> Self {
+            use std::sync::atomic::Ordering::SeqCst;
+            StallsOnce {
+                id: self.clones.fetch_add(1, SeqCst),
+                clones: self.clones.clone(),
+                others: self.others.clone(),
+                enough: self.enough,
+                stalled: std::sync::atomic::AtomicBool::new(false),
+            }
+        }
+    }
+
+    impl NetworkResolver for StallsOnce {
+        fn resolve(&self, _: IpAddr) -> ClientNetwork {
+            ClientNetwork::default()
+        }
+
+        fn resolve_all(&self, ips: &[IpAddr], out: &mut [ClientNetwork]) {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self.id != 1 {
+                self.others.fetch_add(1, SeqCst);
+            } else if !self.stalled.swap(true, SeqCst) {
+                // At most some 30 s.
+                for _ in 0..30_000 {
+                    if self.others.load(SeqCst) >= self.enough {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            for (ip, net) in ips.iter().zip(out) {
+                *net = self.resolve(*ip);
+            }
+        }
+    }
+
+    #[test]
+    fn a_shard_held_up_reads_fewer_blocks_and_holds_no_other_back() {
+        use std::sync::atomic::AtomicUsize;
+        let good = b"{\"at\":1,\"ttfb\":10,\"provider\":\"fastly\"}\n";
+        let lines_a_block = (4 * BLOCK) / good.len();
+        let blocks = 6;
+        let text = good.repeat(blocks * lines_a_block);
+        // The second shard stalls on its first block until the first shard has read the other
+        // blocks (its batches: BATCH lines each). Handed blocks in turn, each shard would get
+        // half of them, the first waiting on the second for the whole timeout.
+        let resolver = StallsOnce {
+            id: 0,
+            clones: Arc::new(AtomicUsize::new(0)),
+            others: Arc::new(AtomicUsize::new(0)),
+            enough: (blocks - 1) * lines_a_block / BATCH,
+            stalled: false.into(),
+        };
+        let mut ing = Ingestor::new(resolver).received_at(Timestamp::EPOCH);
+        let mut shards = ScoreboardShards::new(vec![board(), board()]).unwrap();
+        ing.ingest_reader_shards(&text[..], &mut shards).unwrap();
+        let stored: Vec<u64> = shards
+            .boards_mut()
+            .iter()
+            .map(|b| b.quality().stored)
+            .collect();
+        assert_eq!(stored.iter().sum::<u64>(), (blocks * lines_a_block) as u64);
+        assert!(
+            stored[1] <= lines_a_block as u64 + 1,
+            "the stalled shard read {stored:?} of the lines"
+        );
+        assert_eq!(ing.report().lines, (blocks * lines_a_block) as u64);
     }
 
     #[test]
