@@ -138,7 +138,7 @@ fn run(cli: Cli) -> Result<u8, Fail> {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Fail::error(format!("error: cannot read {}: {e}", path.display())))?;
             Arc::new(
-                PrefixTable::from_lines(&text)
+                PrefixTable::from_lines_on(&text, usize::from(cli.threads))
                     .map_err(|e| Fail::error(format!("error: {}: {e}", path.display())))?,
             )
         }

@@ -28,6 +28,7 @@ use multicdn_core::Country;
 
 use crate::beacon::ClientNetwork;
 use crate::error::SteeringError;
+use crate::scoreboard::joined;
 
 /// Resolves a client address to its network. Unknown addresses give an empty network.
 pub trait NetworkResolver: fmt::Debug + Send + Sync {
@@ -75,8 +76,9 @@ impl NetworkResolver for NoResolver {
     }
 }
 
-/// An in-memory longest-prefix-match table.
-#[derive(Clone, Default)]
+/// An in-memory longest-prefix-match table. Two tables are equal when every part is (tables
+/// built from the same prefixes in the same order are).
+#[derive(Clone, Default, PartialEq)]
 pub struct PrefixTable {
     /// Where each disjoint IPv4 range starts, ascending: kept apart from the rest of the range
     /// so a lookup's search reads four bytes a step (sixteen starts a cache line).
@@ -177,26 +179,26 @@ impl PrefixTableBuilder {
     }
 
     /// The table.
-    pub fn build(mut self) -> PrefixTable {
-        let values = &self.values;
-        sort_prefixes(&mut self.v4);
-        // Nesting splits a range in at most two around each prefix inside it.
-        let mut v4_starts = Vec::with_capacity(self.v4.len() * 2 + 1);
-        let mut v4 = Vec::with_capacity(self.v4.len() * 2 + 1);
-        flatten_sorted(&self.v4, |s, e, v| {
-            v4_starts.push(s);
-            v4.push((e, values.get(v as usize).copied().unwrap_or_default()));
-        });
-        v4_starts.shrink_to_fit();
-        v4.shrink_to_fit();
-        let v4_blocks = blocks(v4_starts.iter().map(|s| u128::from(*s)), 16);
-        sort_prefixes(&mut self.v6);
-        let (mut v6_starts, mut v6) = (Vec::new(), Vec::new());
-        flatten_sorted(&self.v6, |s, e, v| {
-            v6_starts.push(s);
-            v6.push((e, v));
-        });
-        let v6_blocks = blocks(v6_starts.iter().copied(), 112);
+    pub fn build(self) -> PrefixTable {
+        self.build_on(1)
+    }
+
+    /// [`PrefixTableBuilder::build`], the IPv4 and IPv6 ranges built at once with two threads
+    /// or more.
+    fn build_on(self, threads: usize) -> PrefixTable {
+        let PrefixTableBuilder {
+            mut v4,
+            mut v6,
+            values,
+        } = self;
+        let ((v4_starts, v4, v4_blocks), (v6_starts, v6, v6_blocks)) = if threads >= 2 {
+            std::thread::scope(|scope| {
+                let v6 = scope.spawn(|| build_v6(&mut v6));
+                (build_v4(&mut v4, &values), joined(v6))
+            })
+        } else {
+            (build_v4(&mut v4, &values), build_v6(&mut v6))
+        };
         PrefixTable {
             v4_starts,
             v4,
@@ -204,9 +206,96 @@ impl PrefixTableBuilder {
             v6_starts,
             v6,
             v6_blocks,
-            values: self.values,
+            values,
         }
     }
+
+    /// Adds every prefix of `later`, as if inserted after this builder's own.
+    fn append(&mut self, later: PrefixTableBuilder) {
+        let base = self.values.len() as u32;
+        self.values.extend(later.values);
+        self.v4
+            .extend(later.v4.into_iter().map(|(s, e, v)| (s, e, v + base)));
+        self.v6
+            .extend(later.v6.into_iter().map(|(s, e, v)| (s, e, v + base)));
+    }
+}
+
+/// The IPv4 part of a [`PrefixTable`] from the builder's prefixes: starts, ranges, blocks.
+type V4Ranges = (Vec<u32>, Vec<(u32, ClientNetwork)>, Vec<u32>);
+/// The IPv6 part, the same way (a range's network by value index).
+type V6Ranges = (Vec<u128>, Vec<(u128, u32)>, Vec<u32>);
+
+fn build_v4(prefixes: &mut [(u32, u32, u32)], values: &[ClientNetwork]) -> V4Ranges {
+    sort_prefixes(prefixes);
+    // Nesting splits a range in at most two around each prefix inside it.
+    let mut starts = Vec::with_capacity(prefixes.len() * 2 + 1);
+    let mut ranges = Vec::with_capacity(prefixes.len() * 2 + 1);
+    flatten_sorted(prefixes, |s, e, v| {
+        starts.push(s);
+        ranges.push((e, values.get(v as usize).copied().unwrap_or_default()));
+    });
+    starts.shrink_to_fit();
+    ranges.shrink_to_fit();
+    let blocks = blocks(starts.iter().map(|s| u128::from(*s)), 16);
+    (starts, ranges, blocks)
+}
+
+fn build_v6(prefixes: &mut [(u128, u128, u32)]) -> V6Ranges {
+    sort_prefixes(prefixes);
+    let (mut starts, mut ranges) = (Vec::new(), Vec::new());
+    flatten_sorted(prefixes, |s, e, v| {
+        starts.push(s);
+        ranges.push((e, v));
+    });
+    let blocks = blocks(starts.iter().copied(), 112);
+    (starts, ranges, blocks)
+}
+
+/// A table text worth reading on several threads (some 30,000 lines).
+const PARALLEL_TEXT: usize = 1 << 20;
+
+/// The prefixes of `text`'s lines and how many lines it has; a line that cannot be read is
+/// its 1-based number in `text` and the reason.
+fn read_lines(text: &str) -> Result<(PrefixTableBuilder, usize), (usize, SteeringError)> {
+    let mut b = PrefixTable::builder();
+    b.reserve(memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1);
+    let mut count = 0;
+    for (n, line) in lines(text).enumerate() {
+        count = n + 1;
+        // The common shape (`203.0.113.0/24 AS64500 DE`) read in one pass; anything else, or
+        // anything it would refuse, the general reading below.
+        if let Some((addr, len, network)) = table_line_fast(line) {
+            b.insert_parsed(addr, len, network);
+            continue;
+        }
+        if let Some((addr, len, network)) = table_line(line).map_err(|e| (n + 1, e))? {
+            b.insert_parsed(addr, len, network);
+        }
+    }
+    Ok((b, count))
+}
+
+/// `text` cut into `parts` pieces of about the same size, each but the last ending with a
+/// `\n` (fewer pieces when lines are long).
+fn cut_at_lines(text: &str, parts: usize) -> Vec<&str> {
+    let mut pieces = Vec::with_capacity(parts);
+    let mut rest = text;
+    let size = text.len() / parts.max(1);
+    while pieces.len() + 1 < parts {
+        let Some(end) = rest
+            .as_bytes()
+            .get(size..)
+            .and_then(|tail| memchr::memchr(b'\n', tail))
+        else {
+            break;
+        };
+        let (piece, after) = rest.split_at(size + end + 1);
+        pieces.push(piece);
+        rest = after;
+    }
+    pieces.push(rest);
+    pieces
 }
 
 impl PrefixTable {
@@ -219,24 +308,49 @@ impl PrefixTable {
     /// `#` starts a comment, blank lines are skipped. The ASN may be written with or without `AS`.
     /// A line that cannot be read is a [`SteeringError::PrefixTableLine`] naming it.
     pub fn from_lines(text: &str) -> Result<PrefixTable, SteeringError> {
-        let mut b = PrefixTable::builder();
-        b.reserve(memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1);
-        for (n, line) in lines(text).enumerate() {
-            // The common shape (`203.0.113.0/24 AS64500 DE`) read in one pass; anything else,
-            // or anything it would refuse, the general reading below.
-            if let Some((addr, len, network)) = table_line_fast(line) {
-                b.insert_parsed(addr, len, network);
-                continue;
-            }
-            let read = table_line(line).map_err(|e| SteeringError::PrefixTableLine {
-                line: n + 1,
-                source: Box::new(e),
-            })?;
-            if let Some((addr, len, network)) = read {
-                b.insert_parsed(addr, len, network);
+        PrefixTable::from_lines_on(text, 1)
+    }
+
+    /// [`PrefixTable::from_lines`] with up to `threads` threads: a large table's lines are
+    /// read a piece a thread, and its IPv4 and IPv6 ranges built at once. The same table, or
+    /// the same error naming the same line: a prefix given twice keeps its last value
+    /// whichever pieces hold it. A routing table's 300,000 prefixes load in about half the
+    /// time on two threads.
+    pub fn from_lines_on(text: &str, threads: usize) -> Result<PrefixTable, SteeringError> {
+        let parts = if text.len() < PARALLEL_TEXT {
+            1
+        } else {
+            threads.max(1)
+        };
+        let pieces = cut_at_lines(text, parts);
+        let read: Vec<_> = if pieces.len() == 1 {
+            pieces.into_iter().map(read_lines).collect()
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = pieces
+                    .into_iter()
+                    .map(|piece| scope.spawn(move || read_lines(piece)))
+                    .collect();
+                handles.into_iter().map(joined).collect()
+            })
+        };
+        let mut table = PrefixTable::builder();
+        let mut before = 0;
+        for piece in read {
+            match piece {
+                Ok((b, lines)) => {
+                    table.append(b);
+                    before += lines;
+                }
+                Err((line, e)) => {
+                    return Err(SteeringError::PrefixTableLine {
+                        line: before + line,
+                        source: Box::new(e),
+                    });
+                }
             }
         }
-        Ok(b.build())
+        Ok(table.build_on(parts))
     }
 
     /// The most specific network holding `ip`, if any.
@@ -1001,6 +1115,76 @@ mod tests {
 
     fn net(asn: u32) -> ClientNetwork {
         ClientNetwork::new(Some(asn), None)
+    }
+
+    #[test]
+    fn a_table_read_on_several_threads_is_the_table_read_on_one() {
+        use crate::sim::beacons::LogSpec;
+        let spec = LogSpec {
+            v4_prefixes: 80_000,
+            v6_prefixes: 16_000,
+            asns: 3_000,
+            ..LogSpec::default()
+        };
+        let mut text = spec.prefixes().to_text();
+        // Comments, blank and CRLF lines, other spellings; the same prefixes again, later,
+        // with other networks (the last given wins, wherever the pieces are cut).
+        let again: Vec<String> = text
+            .lines()
+            .step_by(97)
+            .map(|l| {
+                let prefix = l.split_whitespace().next().unwrap();
+                format!("{prefix}\t64999 -  # moved\r")
+            })
+            .collect();
+        text.insert_str(0, "# a routing table\n\n");
+        text.push_str(&again.join("\n"));
+        text.push_str("\n10.0.0.0/8 - DE\n\n");
+        assert!(text.len() > 2 * PARALLEL_TEXT, "{} bytes", text.len());
+        let one = PrefixTable::from_lines(&text).unwrap();
+        for threads in [2, 3, 4, 16] {
+            let many = PrefixTable::from_lines_on(&text, threads).unwrap();
+            assert!(one == many, "{threads} threads");
+        }
+        let moved = again[again.len() / 2].split_whitespace().next().unwrap();
+        let addr: IpAddr = moved.split('/').next().unwrap().parse().unwrap();
+        assert_eq!(one.resolve(addr).asn, Some(64999));
+        // A bad line, deep in a later piece: the same error, naming the same line.
+        let lines = text.lines().count();
+        let mut bad: Vec<&str> = text.lines().collect();
+        bad.insert(lines * 3 / 4, "10.0.0.0/8 AS1 GERMANY");
+        let bad = bad.join("\n");
+        let want = PrefixTable::from_lines(&bad).unwrap_err().to_string();
+        assert!(
+            want.contains(&format!("line {}", lines * 3 / 4 + 1)),
+            "{want}"
+        );
+        for threads in [2, 4] {
+            let got = PrefixTable::from_lines_on(&bad, threads).unwrap_err();
+            assert_eq!(got.to_string(), want, "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn a_text_is_cut_after_line_ends_into_pieces_that_make_it_whole() {
+        let text = "a\nbb\nccc\ndddd\n\neeeee";
+        for parts in 1..8 {
+            let pieces = cut_at_lines(text, parts);
+            assert_eq!(pieces.concat(), text, "{parts}");
+            assert!(pieces.len() <= parts.max(1), "{parts}: {pieces:?}");
+            for piece in &pieces[..pieces.len() - 1] {
+                assert!(piece.ends_with('\n'), "{parts}: {pieces:?}");
+            }
+        }
+        // Many lines: as many pieces as asked, of about one size.
+        let text: String = (0..1_000).map(|i| format!("{i}\n")).collect();
+        let pieces = cut_at_lines(&text, 3);
+        assert_eq!(pieces.len(), 3);
+        for piece in &pieces {
+            assert!(piece.len().abs_diff(text.len() / 3) < 10, "{}", piece.len());
+        }
+        // One long line: one piece.
+        assert_eq!(cut_at_lines(&"x".repeat(100), 4), ["x".repeat(100)]);
     }
 
     #[test]

@@ -1640,7 +1640,7 @@ fn read_snapshots(
 const PARALLEL_CELLS: usize = 65_536;
 
 /// What a scoped thread returned, its panic raised again.
-fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
     handle
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
