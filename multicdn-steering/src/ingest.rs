@@ -361,23 +361,25 @@ impl<R: NetworkResolver> Ingestor<R> {
         reader: impl Read,
         board: &mut Scoreboard,
     ) -> std::io::Result<()> {
-        // One buffer, handed back after each block.
-        let spare = std::cell::Cell::new(Vec::new());
-        split_lines(
-            reader,
-            BLOCK,
-            || spare.take(),
-            |piece| match piece {
-                Piece::Lines(lines) => {
-                    self.ingest_block(&lines, board, MAX_LINE);
-                    spare.set(lines);
-                }
-                Piece::TooLong => {
-                    self.line_no += 1;
-                    self.too_long();
-                }
-            },
-        )
+        let mut splitter = Splitter::new(reader, BLOCK);
+        // One buffer, filled again for each block.
+        let mut buf = Vec::new();
+        while let Some(cut) = splitter.next(&mut buf)? {
+            self.take_cut(cut, &buf, board);
+        }
+        Ok(())
+    }
+
+    /// Stores a piece [`Splitter::next`] cut: its lines (in `buf`), or the line too long to
+    /// read, numbered on from this ingestor's last line.
+    fn take_cut(&mut self, cut: Cut, buf: &[u8], board: &mut Scoreboard) {
+        match cut {
+            Cut::Lines => self.ingest_block(buf, board, MAX_LINE),
+            Cut::TooLong => {
+                self.line_no += 1;
+                self.too_long();
+            }
+        }
     }
 
     /// Reads every line of a stream on `threads` worker threads, each into its own scoreboard
@@ -519,9 +521,6 @@ impl<R: NetworkResolver> Ingestor<R> {
                 let Ok(mut stream) = stream.lock() else {
                     return;
                 };
-                if stream.error.is_some() {
-                    return;
-                }
                 let first = stream.next_line;
                 match stream.splitter.next(&mut buf) {
                     Ok(None) => return,
@@ -540,13 +539,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 }
             };
             self.set_next_line(first);
-            match cut {
-                Cut::Lines => self.ingest_block(&buf, shard, MAX_LINE),
-                Cut::TooLong => {
-                    self.line_no += 1;
-                    self.too_long();
-                }
-            }
+            self.take_cut(cut, &buf, shard);
         }
     }
 
@@ -923,40 +916,6 @@ pub fn fast_path_agrees(line: &[u8]) -> Result<(), String> {
     }
 }
 
-/// A piece of a stream cut at line ends.
-enum Piece {
-    /// Whole lines (the last piece of a stream may end without its newline), in a buffer
-    /// handed over.
-    Lines(Vec<u8>),
-    /// A line longer than [`MAX_LINE`], skipped unread.
-    TooLong,
-}
-
-/// Reads `reader` a block of up to `size` bytes (more than [`MAX_LINE`]) at a time, each read
-/// straight into a buffer `fresh` gives (its capacity reused; nothing is copied but a line
-/// cut by a block's end), and hands `f` each block's complete lines in that buffer, and a line
-/// too long to hold as [`Piece::TooLong`] (its bytes are dropped up to its newline). Memory
-/// stays at the buffers `f` keeps, whatever the stream.
-fn split_lines(
-    reader: impl Read,
-    size: usize,
-    mut fresh: impl FnMut() -> Vec<u8>,
-    mut f: impl FnMut(Piece),
-) -> std::io::Result<()> {
-    let mut splitter = Splitter::new(reader, size);
-    let mut buf = Vec::new();
-    loop {
-        if buf.capacity() == 0 {
-            buf = fresh();
-        }
-        match splitter.next(&mut buf)? {
-            None => return Ok(()),
-            Some(Cut::Lines) => f(Piece::Lines(std::mem::take(&mut buf))),
-            Some(Cut::TooLong) => f(Piece::TooLong),
-        }
-    }
-}
-
 /// What [`Splitter::next`] cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cut {
@@ -967,9 +926,12 @@ enum Cut {
     TooLong,
 }
 
-/// A stream cut at line ends, a piece at a time, for whoever asks next (see
-/// [`split_lines`]): the shards' threads take turns at it, each reading its next block when
-/// it is ready for one.
+/// A stream read a block of up to `size` bytes (more than [`MAX_LINE`]) at a time, straight
+/// into the buffer the caller gives (its capacity reused; nothing is copied but a line cut by
+/// a block's end), and cut at line ends: a piece at a time, for whoever asks next (the shards'
+/// threads take turns at it, each reading its next block when it is ready for one). A line
+/// too long to hold is skipped unread up to its newline. Memory stays at the caller's buffers
+/// and one carried line, whatever the stream.
 struct Splitter<R> {
     reader: R,
     size: usize,
