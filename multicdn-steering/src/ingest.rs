@@ -347,6 +347,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 bytes = bytes.get(end + 1..).unwrap_or_default();
             }
             self.resolve_batch(&mut batch[..n]);
+            Self::warm(&batch[..n], board);
             for read in &mut batch[..n] {
                 let _ = self.take(read, board, now);
             }
@@ -657,6 +658,25 @@ impl<R: NetworkResolver> Ingestor<R> {
             };
             *network = Self::network_of(raw, net);
         }
+    }
+
+    /// Has `board` read the cells a batch's navigation beacons will be stored in, all
+    /// together ([`Scoreboard::warm_navigation`]), before they are stored one by one.
+    #[inline]
+    fn warm(batch: &[Pending<'_>], board: &Scoreboard) {
+        let mut cells = [(ProviderSlot::default(), ClientNetwork::default()); BATCH];
+        let mut n = 0;
+        for read in batch {
+            if let Pending::Beacon(raw, Ok(network)) = read
+                && let (Some(_), Some(name)) = (raw.ttfb, raw.provider.as_deref())
+                && let Some(slot) = board.provider_slot(name)
+                && let Some(cell) = cells.get_mut(n)
+            {
+                *cell = (slot, *network);
+                n += 1;
+            }
+        }
+        board.warm_navigation(&cells[..n]);
     }
 
     /// Numbers, counts and stores a line [`Ingestor::parse`] read.
