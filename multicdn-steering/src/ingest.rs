@@ -347,7 +347,7 @@ impl<R: NetworkResolver> Ingestor<R> {
                 bytes = bytes.get(end + 1..).unwrap_or_default();
             }
             self.resolve_batch(&mut batch[..n]);
-            Self::warm(&batch[..n], board);
+            self.warm(&batch[..n], board);
             for read in &mut batch[..n] {
                 let _ = self.take(read, board, now);
             }
@@ -660,23 +660,70 @@ impl<R: NetworkResolver> Ingestor<R> {
         }
     }
 
-    /// Has `board` read the cells a batch's navigation beacons will be stored in, all
-    /// together ([`Scoreboard::warm_navigation`]), before they are stored one by one.
+    /// Has `board` read the cells a batch's beacons will be stored in, all together
+    /// ([`Scoreboard::warm`]), before they are stored one by one: a navigation's TTFB cell,
+    /// a probe's cell of each provider it timed and of each pair of them.
     #[inline]
-    fn warm(batch: &[Pending<'_>], board: &Scoreboard) {
-        let mut cells = [(ProviderSlot::default(), ClientNetwork::default()); BATCH];
+    fn warm(&self, batch: &[Pending<'_>], board: &Scoreboard) {
+        let mut keys = [0u64; WARM_KEYS];
+        let n = self.warm_keys(batch, board, &mut keys);
+        board.warm(&keys[..n]);
+    }
+
+    /// The keys of the cells [`Ingestor::warm`] reads for `batch`, in `keys`; how many (the
+    /// first [`WARM_KEYS`] of them).
+    #[inline]
+    fn warm_keys(
+        &self,
+        batch: &[Pending<'_>],
+        board: &Scoreboard,
+        keys: &mut [u64; WARM_KEYS],
+    ) -> usize {
         let mut n = 0;
-        for read in batch {
-            if let Pending::Beacon(raw, Ok(network)) = read
-                && let (Some(_), Some(name)) = (raw.ttfb, raw.provider.as_deref())
-                && let Some(slot) = board.provider_slot(name)
-                && let Some(cell) = cells.get_mut(n)
-            {
-                *cell = (slot, *network);
+        let mut put = |key: u64| {
+            if let Some(place) = keys.get_mut(n) {
+                *place = key;
                 n += 1;
             }
+        };
+        for read in batch {
+            let Pending::Beacon(raw, Ok(network)) = read else {
+                continue;
+            };
+            if let (Some(_), Some(name)) = (raw.ttfb, raw.provider.as_deref()) {
+                if let Some(slot) = board.provider_slot(name) {
+                    put(Scoreboard::cell_key(Metric::Ttfb, slot, *network));
+                }
+                continue;
+            }
+            let mut slots = [ProviderSlot::default(); 8];
+            let mut m = 0;
+            let mut add = |name: &str| {
+                if let (Some(slot), Some(place)) = (board.provider_slot(name), slots.get_mut(m)) {
+                    *place = slot;
+                    m += 1;
+                }
+            };
+            match &raw.times {
+                Some(RawTimes::ByProvider(list)) => list.iter().for_each(|(name, _)| add(name)),
+                Some(RawTimes::InOrder(list)) => {
+                    self.probe_order
+                        .iter()
+                        .take(list.len())
+                        .for_each(|name| add(name));
+                }
+                None => {}
+            }
+            for (i, &a) in slots[..m].iter().enumerate() {
+                put(Scoreboard::cell_key(Metric::Probe, a, *network));
+                for &b in &slots[i + 1..m] {
+                    if let Some(key) = Scoreboard::pair_key(a, b, *network) {
+                        put(key);
+                    }
+                }
+            }
         }
-        board.warm_navigation(&cells[..n]);
+        n
     }
 
     /// Numbers, counts and stores a line [`Ingestor::parse`] read.
@@ -1052,6 +1099,10 @@ impl<R: Read> Splitter<R> {
 
 /// Lines read ahead of storing them (see [`Ingestor::ingest_block`]).
 const BATCH: usize = 64;
+
+/// At most this many cells are read ahead for a batch ([`Ingestor::warm`]): a navigation
+/// line's one, a probe's more (three providers: three cells and three pairs).
+const WARM_KEYS: usize = 4 * BATCH;
 
 /// A line read but not yet numbered, counted or stored (see [`Ingestor::parse`]).
 #[derive(Default)]
@@ -1607,6 +1658,53 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_cells_read_ahead_are_the_cells_the_batch_writes() {
+        // Read ahead under other keys than the stores use, the reads would cost time and
+        // save none: every cell written must be one read ahead, or the hit cell beside one.
+        let table =
+            PrefixTable::from_lines("203.0.113.0/24 AS64500 DE\n2001:db8::/32 AS64501 FR").unwrap();
+        let ing = Ingestor::new(table)
+            .probe_order(["fastly", "cloudflare"])
+            .received_at(Timestamp::from_millis(5000));
+        let text = r#"{"at":1000,"ip":"203.0.113.9","ttfb":120,"provider":"fastly","cache":"HIT"}
+{"at":1000,"ip":"2001:db8::1","ttfb":90,"provider":"cloudflare","cache":"MISS"}
+{"at":2000,"asn":64502,"country":"BR","ttfb":70,"provider":"cloudflare","cache":"hit"}
+{"at":2000,"ip":"203.0.113.9","times":[80.5,null]}
+{"at":3000,"ip":"2001:db8::1","times":{"fastly":81,"cloudflare":70}}
+{"at":3000,"asn":64503,"times":{"cloudflare":60,"fastly":75}}
+{"at":3000,"ttfb":"fast","provider":"fastly"}
+not json"#;
+        let mut batch: Vec<Pending<'_>> = (0..8).map(|_| Pending::Blank).collect();
+        for (line, read) in text.lines().zip(&mut batch) {
+            Ingestor::<PrefixTable>::parse(line.as_bytes(), read);
+        }
+        ing.resolve_batch(&mut batch);
+        let mut b = board();
+        let mut keys = [0u64; WARM_KEYS];
+        let n = ing.warm_keys(&batch, &b, &mut keys);
+        let read_ahead: std::collections::BTreeSet<u64> = keys[..n].iter().copied().collect();
+        // Three navigation cells; each probe's two provider cells and their pair (read for
+        // the first probe too, whose pair is not stored: one time is missing).
+        assert_eq!(read_ahead.len(), 3 + 6 + 3, "{read_ahead:?}");
+        let mut ing = ing;
+        for read in &mut batch {
+            let _ = ing.take(read, &mut b, Timestamp::from_millis(5000));
+        }
+        assert_eq!(ing.report().beacons, 6);
+        let written = b.cell_keys();
+        // The three navigation cells, two of them with a hit cell beside; six probe cells
+        // (a missing time is stored as a failure) and two pair cells.
+        assert_eq!(written.len(), 3 + 2 + 6 + 2, "{written:?}");
+        for key in written {
+            assert!(
+                // A hit cell's key is its TTFB cell's with the metric bits 3 (not 0).
+                read_ahead.contains(&key) || (key & 3 == 3 && read_ahead.contains(&(key & !3))),
+                "cell {key:#x} written, not read ahead"
+            );
+        }
     }
 
     #[test]
