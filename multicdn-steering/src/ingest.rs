@@ -1666,7 +1666,7 @@ mod tests {
         // save none: every cell written must be one read ahead, or the hit cell beside one.
         let table =
             PrefixTable::from_lines("203.0.113.0/24 AS64500 DE\n2001:db8::/32 AS64501 FR").unwrap();
-        let ing = Ingestor::new(table)
+        let mut ing = Ingestor::new(table)
             .probe_order(["fastly", "cloudflare"])
             .received_at(Timestamp::from_millis(5000));
         let text = r#"{"at":1000,"ip":"203.0.113.9","ttfb":120,"provider":"fastly","cache":"HIT"}
@@ -1689,7 +1689,6 @@ not json"#;
         // Three navigation cells; each probe's two provider cells and their pair (read for
         // the first probe too, whose pair is not stored: one time is missing).
         assert_eq!(read_ahead.len(), 3 + 6 + 3, "{read_ahead:?}");
-        let mut ing = ing;
         for read in &mut batch {
             let _ = ing.take(read, &mut b, Timestamp::from_millis(5000));
         }

@@ -586,6 +586,18 @@ struct BaseKey {
 }
 
 impl BaseKey {
+    /// The key of `provider`'s `metric` cell (for a [`Metric::Pair`], `provider` is the
+    /// pair's code) for `network`.
+    #[inline]
+    fn of(metric: Metric, provider: u16, network: ClientNetwork) -> BaseKey {
+        BaseKey {
+            metric,
+            provider,
+            asn: network.asn,
+            country: network.country,
+        }
+    }
+
     #[inline]
     fn pack(&self) -> u64 {
         let country = self.country.map_or(0u64, |c| {
@@ -946,12 +958,7 @@ impl Scoreboard {
             self.quality.unknown_provider += 1;
             return Recorded::UnknownProvider;
         }
-        let key = BaseKey {
-            metric: s.metric,
-            provider: s.provider.0,
-            asn: s.network.asn,
-            country: s.network.country,
-        };
+        let key = BaseKey::of(s.metric, s.provider.0, s.network);
         let at = s.at.as_millis();
         let Ok(index) = u32::try_from(at / self.bucket_ms) else {
             self.quality.out_of_range += 1;
@@ -1013,12 +1020,7 @@ impl Scoreboard {
                 if usize::from(hi) >= self.providers.len() {
                     continue;
                 }
-                let key = BaseKey {
-                    metric: Metric::Pair,
-                    provider: pair_code(lo, hi),
-                    asn: network.asn,
-                    country: network.country,
-                };
+                let key = BaseKey::of(Metric::Pair, pair_code(lo, hi), network);
                 self.record(key, index, at_ms, Some(sketch::bin_of_positive(ratio)));
             }
         }
@@ -1050,12 +1052,7 @@ impl Scoreboard {
         {
             let value = ttfb.min(self.config.plausible_max_ms);
             self.record(
-                BaseKey {
-                    metric: Metric::TtfbHit,
-                    provider: provider.0,
-                    asn: network.asn,
-                    country: network.country,
-                },
+                BaseKey::of(Metric::TtfbHit, provider.0, network),
                 index,
                 at_ms,
                 Some(sketch::bin_of_positive(value)),
@@ -1074,13 +1071,7 @@ impl Scoreboard {
     /// [`Metric::Pair`] cell is keyed by [`Scoreboard::pair_key`].)
     #[inline]
     pub(crate) fn cell_key(metric: Metric, provider: ProviderSlot, network: ClientNetwork) -> u64 {
-        BaseKey {
-            metric,
-            provider: provider.0,
-            asn: network.asn,
-            country: network.country,
-        }
-        .pack()
+        BaseKey::of(metric, provider.0, network).pack()
     }
 
     /// The key of the [`Metric::Pair`] cell of providers `a` and `b` for `network`, for
@@ -1092,15 +1083,8 @@ impl Scoreboard {
         network: ClientNetwork,
     ) -> Option<u64> {
         let (lo, hi) = (a.0.min(b.0), a.0.max(b.0));
-        (lo < hi && hi < PAIR_SLOTS).then(|| {
-            BaseKey {
-                metric: Metric::Pair,
-                provider: pair_code(lo, hi),
-                asn: network.asn,
-                country: network.country,
-            }
-            .pack()
-        })
+        (lo < hi && hi < PAIR_SLOTS)
+            .then(|| BaseKey::of(Metric::Pair, pair_code(lo, hi), network).pack())
     }
 
     /// Reads, without writing, the cells of `keys` ([`Scoreboard::cell_key`],
@@ -1320,13 +1304,7 @@ impl Scoreboard {
     /// ([`Scoreboard::split`], [`crate::shared::SharedScoreboard`]): every cell of one network,
     /// under every metric and provider (pairs included), lands in the same shard.
     pub fn shard_of(network: ClientNetwork, shards: usize) -> usize {
-        let key = BaseKey {
-            metric: Metric::Ttfb,
-            provider: 0,
-            asn: network.asn,
-            country: network.country,
-        };
-        shard_of_packed(key.pack(), shards)
+        shard_of_packed(BaseKey::of(Metric::Ttfb, 0, network).pack(), shards)
     }
 
     /// Splits the scoreboard into `shards` (at least one), the cells of each network going to
