@@ -661,8 +661,9 @@ impl<R: NetworkResolver> Ingestor<R> {
     }
 
     /// Has `board` read the cells a batch's beacons will be stored in, all together
-    /// ([`Scoreboard::warm`]), before they are stored one by one: a navigation's TTFB cell,
-    /// a probe's cell of each provider it timed and of each pair of them.
+    /// ([`Scoreboard::warm`]), before they are stored one by one: a navigation's TTFB cell
+    /// (and its hit cell, served from cache), a probe's cell of each provider it timed and of
+    /// each pair of them.
     #[inline]
     fn warm(&self, batch: &[Pending<'_>], board: &Scoreboard) {
         let mut keys = [0u64; WARM_KEYS];
@@ -693,6 +694,9 @@ impl<R: NetworkResolver> Ingestor<R> {
             if let (Some(_), Some(name)) = (raw.ttfb, raw.provider.as_deref()) {
                 if let Some(slot) = board.provider_slot(name) {
                     put(Scoreboard::cell_key(Metric::Ttfb, slot, *network));
+                    if raw.cache.as_deref().is_some_and(is_hit) {
+                        put(Scoreboard::cell_key(Metric::TtfbHit, slot, *network));
+                    }
                 }
                 continue;
             }
@@ -1663,7 +1667,7 @@ mod tests {
     #[test]
     fn the_cells_read_ahead_are_the_cells_the_batch_writes() {
         // Read ahead under other keys than the stores use, the reads would cost time and
-        // save none: every cell written must be one read ahead, or the hit cell beside one.
+        // save none: every cell written must be one read ahead.
         let table =
             PrefixTable::from_lines("203.0.113.0/24 AS64500 DE\n2001:db8::/32 AS64501 FR").unwrap();
         let mut ing = Ingestor::new(table)
@@ -1686,21 +1690,21 @@ not json"#;
         let mut keys = [0u64; WARM_KEYS];
         let n = ing.warm_keys(&batch, &b, &mut keys);
         let read_ahead: std::collections::BTreeSet<u64> = keys[..n].iter().copied().collect();
-        // Three navigation cells; each probe's two provider cells and their pair (read for
-        // the first probe too, whose pair is not stored: one time is missing).
-        assert_eq!(read_ahead.len(), 3 + 6 + 3, "{read_ahead:?}");
+        // Three navigation cells and the two hit cells; each probe's two provider cells and
+        // their pair (read for the first probe too, whose pair is not stored: one time is
+        // missing).
+        assert_eq!(read_ahead.len(), 3 + 2 + 6 + 3, "{read_ahead:?}");
         for read in &mut batch {
             let _ = ing.take(read, &mut b, Timestamp::from_millis(5000));
         }
         assert_eq!(ing.report().beacons, 6);
         let written = b.cell_keys();
-        // The three navigation cells, two of them with a hit cell beside; six probe cells
+        // The three navigation cells, two of them with a hit cell; six probe cells
         // (a missing time is stored as a failure) and two pair cells.
         assert_eq!(written.len(), 3 + 2 + 6 + 2, "{written:?}");
         for key in written {
             assert!(
-                // A hit cell's key is its TTFB cell's with the metric bits 3 (not 0).
-                read_ahead.contains(&key) || (key & 3 == 3 && read_ahead.contains(&(key & !3))),
+                read_ahead.contains(&key),
                 "cell {key:#x} written, not read ahead"
             );
         }
