@@ -1125,6 +1125,12 @@ impl<R: NetworkResolver> Ingestor<R> {
 /// allocation of [`multicdn_core::CacheStatus::parse`] (the same trimmed, case-blind names).
 #[inline]
 fn is_hit(status: &str) -> bool {
+    // What edges write, answered without the trim and the case-blind comparisons.
+    match status.as_bytes() {
+        b"HIT" => return true,
+        b"MISS" => return false,
+        _ => {}
+    }
     let status = status.trim();
     ["HIT", "HIT-STALE", "HIT-CLUSTER"]
         .iter()
