@@ -24,10 +24,9 @@
 //!
 //! The input is read once, a block at a time: memory holds the scoreboard and a few MiB of
 //! input whatever the input's size (a line longer than 64 KiB is counted as not JSON and
-//! skipped). `--threads N` parses on N threads into N shards of the scoreboard, each shard
-//! storing the beacons of its ASNs whichever thread read them, and reads the window on N
-//! threads, a shard each, without merging them (`scripts/ingest-vs-duckdb` measures both
-//! against DuckDB).
+//! skipped). `--threads N` parses on N threads, each into its own shard of the scoreboard,
+//! read together at the end without being merged, and the window is read on N threads too (`scripts/ingest-vs-duckdb`
+//! measures both against DuckDB).
 //!
 //! `examples/data/beacons.ndjson` is a small sample: 300 navigation and probe beacons from six
 //! networks in six countries over 50 minutes, and four deliberately bad lines.

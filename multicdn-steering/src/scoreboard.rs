@@ -1072,21 +1072,6 @@ impl Scoreboard {
         self.cells.keys().collect()
     }
 
-    /// The network of each cell held.
-    #[cfg(test)]
-    pub(crate) fn cell_networks(&self) -> Vec<ClientNetwork> {
-        self.cells
-            .keys()
-            .map(|packed| {
-                let key = BaseKey::unpack(packed);
-                ClientNetwork {
-                    asn: key.asn,
-                    country: key.country,
-                }
-            })
-            .collect()
-    }
-
     /// The key of `provider`'s `metric` cell for `network`, for [`Scoreboard::warm`]. (A
     /// [`Metric::Pair`] cell is keyed by [`Scoreboard::pair_key`].)
     #[inline]
@@ -1328,13 +1313,6 @@ impl Scoreboard {
         Ok(())
     }
 
-    /// The shard, of `shards`, an ingest on `shards` threads stores a network's cells in
-    /// ([`crate::ingest::Ingestor::ingest_reader_shards`]): by its ASN alone, so every cell of
-    /// an ASN is in one shard, where a read on as many threads reads it whole.
-    pub fn asn_shard(network: ClientNetwork, shards: usize) -> usize {
-        asn_share_of(BaseKey::of(Metric::Ttfb, 0, network).pack() >> 28, shards)
-    }
-
     /// The shard, of `shards`, that holds a network's cells when a scoreboard is split
     /// ([`Scoreboard::split`], [`crate::shared::SharedScoreboard`]): every cell of one network,
     /// under every metric and provider (pairs included), lands in the same shard.
@@ -1445,7 +1423,7 @@ impl Scoreboard {
         windows: &[Duration],
         threads: usize,
     ) -> Vec<Snapshot> {
-        read_snapshots(&[self], now, windows, threads, true)
+        read_snapshots(&[self], now, windows, threads)
     }
 
     /// [`Scoreboard::snapshot`] on up to `threads` threads (see [`Scoreboard::snapshots_on`]).
@@ -1468,8 +1446,7 @@ impl Scoreboard {
 /// as one without merging them: a key
 /// several shards hold is read once, its cells' buckets added together, so a snapshot is that
 /// of the shards merged, at the cost of reading them rather than of re-packing every bucket
-/// two shards share. Shards the ingest wrote hold each ASN's cells in one shard only, and a
-/// read on as many threads reads each shard on its own thread. [`ScoreboardShards::merged`] makes them one scoreboard, for a caller that
+/// two shards share. [`ScoreboardShards::merged`] makes them one scoreboard, for a caller that
 /// goes on writing. As with [`Scoreboard::merge`], a window longer than the retention may hold
 /// buckets one scoreboard fed everything would have dropped (a shard drops a cell's old buckets
 /// only when a newer one opens in that shard).
@@ -1479,10 +1456,6 @@ pub struct ScoreboardShards {
     boards: Vec<Scoreboard>,
     /// The first shard's settings and providers, for the snapshots.
     like: Scoreboard,
-    /// Each shard holds only the cells of the ASNs [`Scoreboard::asn_shard`] gives it (as the
-    /// ingest writes them): a key is in one shard at most, read there without looking in the
-    /// others.
-    by_asn: bool,
 }
 
 impl ScoreboardShards {
@@ -1504,7 +1477,6 @@ impl ScoreboardShards {
         let mut shards = ScoreboardShards {
             boards,
             like: first_like,
-            by_asn: false,
         };
         shards.align_providers()?;
         Ok(shards)
@@ -1537,19 +1509,6 @@ impl ScoreboardShards {
         &mut self.boards
     }
 
-    /// Says whether each shard holds only the cells of its ASNs ([`Scoreboard::asn_shard`]),
-    /// as [`crate::ingest::Ingestor::ingest_reader_shards`] writes them: the read then looks
-    /// each key up in its own shard only.
-    pub(crate) fn set_split_by_asn(&mut self, by_asn: bool) {
-        self.by_asn = by_asn;
-    }
-
-    /// Whether each shard holds only the cells of its ASNs (see
-    /// [`ScoreboardShards::set_split_by_asn`]).
-    pub(crate) fn split_by_asn(&self) -> bool {
-        self.by_asn
-    }
-
     /// How many shards.
     pub fn shards(&self) -> usize {
         self.boards.len()
@@ -1571,9 +1530,6 @@ impl ScoreboardShards {
 
     /// How many base cells hold data (a key several shards hold counts once).
     pub fn cells(&self) -> usize {
-        if self.by_asn {
-            return self.boards.iter().map(|b| b.cells.len()).sum();
-        }
         self.per_shard(|i, b| {
             let earlier = self.boards.get(..i).unwrap_or_default();
             b.cells
@@ -1616,11 +1572,9 @@ impl ScoreboardShards {
 
     /// [`Scoreboard::snapshots_on`] of the shards read as one: the snapshots of the shards
     /// merged. With as many threads as shards, each thread walks one shard (where otherwise
-    /// each walks them all for its ASNs' keys), and looks no key up in the others when the
-    /// shards are split by ASN, as the ingest writes them: the read of two such shards of a
-    /// 2 M-line log on two threads took 65-76 ms in three runs, where shards that each held
-    /// cells of every ASN took 88-90 ms (the whole log in one scoreboard, read on one thread:
-    /// 100-110 ms).
+    /// each walks them all for its ASNs' keys): the read of two shards of a 2 M-line log on two
+    /// threads takes 77 ms where it took 84, by the medians of six runs each (the whole log in
+    /// one scoreboard, read on one thread: 100 ms).
     pub fn snapshots_on(
         &self,
         now: Timestamp,
@@ -1628,7 +1582,7 @@ impl ScoreboardShards {
         threads: usize,
     ) -> Vec<Snapshot> {
         let boards: Vec<&Scoreboard> = self.boards.iter().collect();
-        read_snapshots(&boards, now, windows, threads, self.by_asn)
+        read_snapshots(&boards, now, windows, threads)
     }
 
     /// [`ScoreboardShards::snapshots_on`] of one window.
@@ -1657,7 +1611,6 @@ fn read_snapshots(
     now: Timestamp,
     windows: &[Duration],
     threads: usize,
-    by_asn: bool,
 ) -> Vec<Snapshot> {
     let Some(first_board) = boards.first() else {
         return Vec::new();
@@ -1691,23 +1644,18 @@ fn read_snapshots(
         let mut group: Vec<&Cell> = Vec::with_capacity(boards.len());
         for (i, board) in boards.iter().enumerate() {
             for (packed, cell) in board.cells.iter() {
-                if !take(packed) {
+                // A key an earlier board holds was read with it.
+                if !take(packed)
+                    || boards
+                        .get(..i)
+                        .is_some_and(|earlier| earlier.iter().any(|b| b.cells.contains_key(packed)))
+                {
                     continue;
                 }
                 group.clear();
                 group.push(cell);
-                // Boards split by ASN hold a key in one board only.
-                if !by_asn {
-                    // A key an earlier board holds was read with it.
-                    if boards
-                        .get(..i)
-                        .is_some_and(|earlier| earlier.iter().any(|b| b.cells.contains_key(packed)))
-                    {
-                        continue;
-                    }
-                    if let Some(later) = boards.get(i + 1..) {
-                        group.extend(later.iter().filter_map(|b| b.cells.get(packed)));
-                    }
+                if let Some(later) = boards.get(i + 1..) {
+                    group.extend(later.iter().filter_map(|b| b.cells.get(packed)));
                 }
                 reader.add(packed, &group);
             }
@@ -1717,27 +1665,10 @@ fn read_snapshots(
     let threads = threads.clamp(1, 16);
     let cells: usize = boards.iter().map(|b| b.cells.len()).sum();
     // An ASN's cells (in every country) go to one thread: its cuts are whole there.
-    let asn_share = |packed: u64| asn_share_of(packed >> 28, threads);
+    let asn_share =
+        |packed: u64| (KeyHasher::default().hashed(packed >> 28) % threads as u64) as usize;
     let read_by: Vec<Vec<Parts>> = if threads == 1 || cells < PARALLEL_CELLS {
         vec![read(&|_| true)]
-    } else if by_asn && threads == boards.len() {
-        // Board `t` holds the keys of thread `t`'s ASNs, and no other board holds them.
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = boards
-                .iter()
-                .map(|board| {
-                    let windows_read = &windows_read;
-                    scope.spawn(move || {
-                        let mut reader = windows_read.reader();
-                        for (packed, cell) in board.cells.iter() {
-                            reader.add(packed, &[cell]);
-                        }
-                        reader.parts
-                    })
-                })
-                .collect();
-            handles.into_iter().map(joined).collect()
-        })
     } else if threads == boards.len() {
         read_shard_by_shard(boards, &windows_read, &asn_share)
     } else {
@@ -1925,13 +1856,6 @@ fn read_shard_by_shard(
             .collect();
         handles.into_iter().map(joined).collect()
     })
-}
-
-/// The share, of `n`, of the ASN bits of a packed key (`packed >> 28`: the ASN plus one, 0
-/// for none): the thread that reads the ASN's cells, and with [`Scoreboard::asn_shard`] the
-/// shard an ingest on `n` threads stores them in.
-fn asn_share_of(asn_bits: u64, n: usize) -> usize {
-    (KeyHasher::default().hashed(asn_bits) % n.max(1) as u64) as usize
 }
 
 /// The shard of `shards` a packed key's network (the bits above metric and provider) is in.
@@ -2848,47 +2772,6 @@ mod tests {
                     y.cell(Metric::Ttfb, *network, &p(prov)),
                 );
                 assert_eq!(a, b, "{network:?} {prov}");
-            }
-        }
-    }
-
-    /// Shards split by ASN, as the parallel ingest writes them, read on a thread a shard (no
-    /// key looked up in another shard), on fewer threads and on more: the snapshot of one
-    /// scoreboard fed everything.
-    #[test]
-    fn shards_split_by_asn_read_as_one_scoreboard() {
-        let mut whole = board();
-        let mut parts = [board(), board()];
-        // Enough cells to be read on several threads.
-        let n = 2 * PARALLEL_CELLS as u64;
-        for i in 0..n {
-            let prov = if i % 3 == 0 { "fastly" } else { "cloudflare" };
-            let network = net((i / 4) as u32 + 1, if i % 2 == 0 { "DE" } else { "FR" });
-            let value = 20.0 + ((i * 37) % 211) as f64;
-            let at = 3_000 + i * 599 / n;
-            whole.insert(&ttfb(&whole, at, prov, network, value));
-            let into = &mut parts[Scoreboard::asn_shard(network, 2)];
-            let s = ttfb(into, at, prov, network, value);
-            into.insert(&s);
-        }
-        assert!(parts.iter().all(|b| b.cells() > PARALLEL_CELLS / 2));
-        let mut shards = ScoreboardShards::new(parts.into()).unwrap();
-        shards.set_split_by_asn(true);
-        let (now, window) = (Timestamp::from_secs(3600), Duration::from_secs(3600));
-        let one = whole.snapshot(now, window);
-        let networks = one.networks(Metric::Ttfb);
-        assert!(networks.len() > 30_000);
-        for threads in [1, 2, 3] {
-            let read = shards.snapshot_on(now, window, threads);
-            assert_eq!(read.networks(Metric::Ttfb), networks, "{threads} threads");
-            for prov in ["fastly", "cloudflare"] {
-                for network in &networks {
-                    assert_eq!(
-                        read.cell(Metric::Ttfb, *network, &p(prov)),
-                        one.cell(Metric::Ttfb, *network, &p(prov)),
-                        "{network:?} {prov}, {threads} threads"
-                    );
-                }
             }
         }
     }
