@@ -1111,7 +1111,8 @@ impl<R: Read> Splitter<R> {
 const BATCH: usize = 64;
 
 /// At most this many cells are read ahead for a batch ([`Ingestor::warm`]): a navigation
-/// line's one, a probe's more (three providers: three cells and three pairs).
+/// line's one, or two when served from cache; a probe's more (three providers: three cells
+/// and three pairs). A batch that needs more reads only the first this many ahead.
 const WARM_KEYS: usize = 4 * BATCH;
 
 /// A line read but not yet numbered, counted or stored (see [`Ingestor::parse`]).
