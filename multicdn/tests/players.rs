@@ -3,8 +3,9 @@
 //!
 //! Two CDN edges (`fastly` and `cloudflare`: small axum servers) serve the same clip, made by
 //! `tests/players/make-media.sh` with ffmpeg (two H.264 rungs and AAC in 2 s fMP4 segments,
-//! HLS and DASH), answer the policy's health object, count the segments they serve, answer
-//! 503 to everything while "dead", and carry the library's [`QualityCap`] layer. An origin
+//! HLS and DASH) at a link's pace (20 Mbit/s, not loopback's), answer the policy's health
+//! object, count the segments they serve, answer 503 to everything while "dead", and carry the
+//! library's [`QualityCap`] layer. An origin
 //! serves the clip's untagged manifests. The library's [`SteeringService`] serves the
 //! steering routes and `/manifests/{*path}` (the origin's manifests tagged for both pathways)
 //! over the plan a [`Controller`] puts in force: the example policy with a 2 s steering TTL,
@@ -78,6 +79,16 @@ const ROUND: Duration = Duration::from_millis(500);
 /// What a switch may take on top of TTL + one segment: the steering round trip, the player's
 /// scheduling of its next fragment, a controller round, a loaded machine.
 const SLACK: Duration = Duration::from_secs(3);
+/// The pace an edge sends a media segment at: a link's, not loopback's. On loopback a whole
+/// segment can arrive in one read, and dash.js's XHR loader drops a throughput sample made of a
+/// single progress event (it times the transfer between two), so on a busy machine it can be
+/// left with no estimate at all; its throughput rule then decides nothing and applies no `mb`
+/// (a CI run saw dash.js hold the top rung for 20 s under the cap). At 20 Mbit/s the top rung's
+/// 500 KB segment takes about 200 ms, several progress events, and the estimate stays well above
+/// the top rung's 2 Mbit/s.
+const LINK_BITS_PER_SEC: u64 = 20_000_000;
+/// The pieces a paced segment is sent in.
+const LINK_CHUNK: usize = 16 * 1024;
 /// The pathways, as the policy, the plan, the manifests and the edges name them.
 const A: &str = "fastly";
 const B: &str = "cloudflare";
@@ -223,18 +234,47 @@ fn clip_file(media: &Path, file: &str) -> Option<Vec<u8>> {
         .flatten()
 }
 
+/// `bytes` sent at [`LINK_BITS_PER_SEC`], in [`LINK_CHUNK`] pieces, with its length declared (the
+/// players' progress events need it).
+fn paced(bytes: Vec<u8>) -> Response {
+    let bytes = axum::body::Bytes::from(bytes);
+    let len = bytes.len();
+    let gap = Duration::from_micros(LINK_CHUNK as u64 * 8 * 1_000_000 / LINK_BITS_PER_SEC);
+    let pieces = futures::stream::unfold(0, move |at| {
+        let bytes = bytes.clone();
+        async move {
+            if at >= bytes.len() {
+                return None;
+            }
+            if at > 0 {
+                tokio::time::sleep(gap).await;
+            }
+            let end = (at + LINK_CHUNK).min(bytes.len());
+            Some((Ok::<_, std::convert::Infallible>(bytes.slice(at..end)), end))
+        }
+    });
+    let mut r = Body::from_stream(pieces).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    r
+}
+
 async fn edge_file(edge: &Edge, family: &'static str, file: &str) -> Response {
     let mut r = if edge.dead.load(Ordering::SeqCst) {
         edge.refused.fetch_add(1, Ordering::SeqCst);
         (StatusCode::SERVICE_UNAVAILABLE, "down for the test\n").into_response()
     } else {
         match clip_file(&edge.media, file) {
-            Some(bytes) => {
-                if file.starts_with("chunk-") {
-                    *edge.segments.lock().unwrap().entry(family).or_default() += 1;
-                }
-                ([(header::CONTENT_TYPE, content_type(file))], bytes).into_response()
+            Some(bytes) if file.starts_with("chunk-") => {
+                *edge.segments.lock().unwrap().entry(family).or_default() += 1;
+                let mut r = paced(bytes);
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(content_type(file)),
+                );
+                r
             }
+            Some(bytes) => ([(header::CONTENT_TYPE, content_type(file))], bytes).into_response(),
             None => (StatusCode::NOT_FOUND, "no such file\n").into_response(),
         }
     };
@@ -797,8 +837,38 @@ fn both(cond: &str, since: &str) -> String {
 
 /// The state a scenario ends with, for the assertions and the failure messages.
 const SUMMARY: &str = "JSON.stringify(['hls', 'dash'].map((k) => ({ player: k, error: player[k].error, \
-     time: player[k].time, cap: player[k].cap, mb: player[k].mb, \
+     time: player[k].time, cap: player[k].cap, mb: player[k].mb, estimate: player[k].estimate, failovers: player[k].failovers, \
      video: player[k].segments.filter((s) => s.type === 'video').map((s) => [s.host, s.height, s.at]) })))";
+
+/// The summary a scenario ends with (the last step's value), parsed.
+fn summary_of(v: &[&Value]) -> Value {
+    serde_json::from_str(v[v.len() - 1].as_str().unwrap()).unwrap()
+}
+
+/// The segments a player gave up on one pathway and loaded from the next, by player.
+fn failovers(summary: &Value) -> Vec<(String, Vec<String>)> {
+    summary
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let urls = s["failovers"].as_array().unwrap();
+            (
+                s["player"].as_str().unwrap().to_owned(),
+                urls.iter()
+                    .map(|u| u.as_str().unwrap().to_owned())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// No player gave up on a segment: nothing in the scenario failed.
+fn assert_no_failovers(summary: &Value, what: &str) {
+    for (player, urls) in failovers(summary) {
+        assert!(urls.is_empty(), "{what}: {player} gave up on {urls:?}");
+    }
+}
 
 fn ms(v: &Value) -> Vec<f64> {
     v.as_array()
@@ -879,9 +949,11 @@ impl Run {
         let steps = result["steps"].as_array().unwrap();
         if let Some(waited) = steps.iter().find(|s| s["timed_out"] == json!(true)) {
             panic!(
-                "{what}: waited in vain for {}\nthe players: {}{}",
+                "{what}: waited in vain for {}\nthe players: {}\nthe page's errors: {} {}{}",
                 waited["wait_fn"],
                 steps.last().unwrap()["value"],
+                result["console_errors"],
+                result["page_errors"],
                 lab.diagnose().await
             );
         }
@@ -908,7 +980,7 @@ async fn plan_change(run: &Run) {
         .await;
     let v = evals(&result);
     let switch = ms(v[1]);
-    let summary: Value = serde_json::from_str(v[v.len() - 1].as_str().unwrap()).unwrap();
+    let summary = summary_of(&v);
     println!(
         "a. pin to cloudflare: hls.js on it after {:.0} ms, dash.js after {:.0} ms \
          (bound {:.0} ms = TTL {} s + segment {} s + slack {} s); page {:.1} s",
@@ -921,6 +993,7 @@ async fn plan_change(run: &Run) {
         t.elapsed().as_secs_f64()
     );
     assert_clean(&result, "plan change", &|_| false);
+    assert_no_failovers(&summary, "plan change");
     run.assert_switched(&lab, "to follow the plan", &switch, &summary)
         .await;
     // Before the pin every video segment came from fastly; after the switch, every one from
@@ -971,7 +1044,7 @@ async fn provider_dies(run: &Run) {
     let v = evals(&result);
     let switch = ms(v[1]);
     let back = v[2].as_array().unwrap();
-    let summary = v[v.len() - 1];
+    let summary = summary_of(&v);
     let ledger = lab.controller.ledger().await;
     let down = ledger
         .health()
@@ -990,7 +1063,15 @@ async fn provider_dies(run: &Run) {
         text.contains("503") || text.contains(&a_origin)
     });
     assert!(down, "the monitor marked fastly down: {ledger:?}");
-    run.assert_switched(&lab, "to leave fastly", &switch, summary)
+    // dash.js gives up on a segment it was loading when fastly died (its retries go to the same
+    // URL) and loads it from cloudflare; it gives up on nothing else.
+    for (player, urls) in failovers(&summary) {
+        assert!(
+            urls.iter().all(|u| u.starts_with(&a_origin)),
+            "{player} gave up on a segment that is not fastly's: {urls:?}"
+        );
+    }
+    run.assert_switched(&lab, "to leave fastly", &switch, &summary)
         .await;
     for (player, urls) in ["hls.js", "dash.js"].iter().zip(back) {
         assert_eq!(
@@ -1018,9 +1099,12 @@ async fn quality_cap(run: &Run, low: (u32, u32), high: (u32, u32)) {
             &lab,
             "c. quality cap",
             vec![
+                // dash.js applies mb only where its throughput rule decides, and that rule
+                // decides nothing before dash.js has a throughput estimate.
                 json!({
                     "wait_fn": format!(
-                        "player.hls.height === {h} && player.dash.height === {h}",
+                        "player.hls.height === {h} && player.dash.height === {h} && \
+                         player.dash.estimate !== null",
                         h = high.1
                     ),
                     "timeout_ms": 20000,
@@ -1055,6 +1139,7 @@ async fn quality_cap(run: &Run, low: (u32, u32), high: (u32, u32)) {
         t.elapsed().as_secs_f64()
     );
     assert_clean(&result, "quality cap", &|_| false);
+    assert_no_failovers(&summary_of(&v), "quality cap");
     assert_eq!(
         v[4],
         &json!([-1, high.0]),
@@ -1109,6 +1194,7 @@ async fn hostile(run: &Run) {
         t.elapsed().as_secs_f64()
     );
     assert_clean(&result, "hostile clients", &|_| false);
+    assert_no_failovers(&summary_of(&v), "hostile clients");
     assert_eq!(hostile.unanswered, 0, "every hostile request is answered");
     assert_eq!(hostile.statuses.values().sum::<u64>(), 14 * 25);
     assert!(

@@ -11,7 +11,11 @@
 //!   sending nothing. It applies `mb` only where its throughput rule decides: in the default
 //!   dynamic strategy BOLA takes over once the buffer is up, with the representations it saw
 //!   when it started, and ignores a cap that arrives meanwhile; run the throughput rule alone
-//!   (`streaming.abr.rules.bolaRule.active: false`) where caps must bite.
+//!   (`streaming.abr.rules.bolaRule.active: false`) where caps must bite. That rule decides
+//!   nothing until dash.js has a throughput sample, and its XHR loader drops a sample that
+//!   arrives in a single progress event (a whole segment in one read, as on loopback).
+//!   After a lift it may hold the lower rung for several segments: its `SwitchHistoryRule`
+//!   counts the capped drop as a drop.
 //! - **hls.js** ignores CMSD; the shipped snippet `cmsd-hls.js` reads the header on each
 //!   fragment and sets `hls.autoLevelCapping` to the highest level that fits (and lifts the
 //!   capping when the header's `mb` reaches the top level).
