@@ -142,6 +142,10 @@ pub struct PrefixTableBuilder {
     /// IPv6 prefixes, the same way.
     v6: Vec<(u128, u128, u32)>,
     values: Vec<ClientNetwork>,
+    /// How many sorted runs (in [`sort_prefixes`]'s order) `v4` and `v6` each are, laid end
+    /// to end, one per builder appended; 0: not known to be sorted. The build merges runs
+    /// instead of sorting.
+    runs: usize,
 }
 
 impl PrefixTableBuilder {
@@ -164,6 +168,7 @@ impl PrefixTableBuilder {
 
     /// Adds a parsed prefix (`len` at most the address's bits).
     fn insert_parsed(&mut self, addr: IpAddr, len: u8, network: ClientNetwork) {
+        self.runs = 0;
         let idx = self.values.len() as u32;
         self.values.push(network);
         match addr {
@@ -178,6 +183,14 @@ impl PrefixTableBuilder {
         }
     }
 
+    /// Sorts the prefixes (on the thread that read them, where a table read in pieces is
+    /// built from sorted runs).
+    fn sort(&mut self) {
+        sort_prefixes(&mut self.v4);
+        sort_prefixes(&mut self.v6);
+        self.runs = 1;
+    }
+
     /// The table.
     pub fn build(self) -> PrefixTable {
         self.build_on(1)
@@ -190,14 +203,15 @@ impl PrefixTableBuilder {
             mut v4,
             mut v6,
             values,
+            runs,
         } = self;
         let ((v4_starts, v4, v4_blocks), (v6_starts, v6, v6_blocks)) = if threads >= 2 {
             std::thread::scope(|scope| {
-                let v6 = scope.spawn(|| build_v6(&mut v6));
-                (build_v4(&mut v4, &values), joined(v6))
+                let v6 = scope.spawn(|| build_v6(&mut v6, runs));
+                (build_v4(&mut v4, &values, runs), joined(v6))
             })
         } else {
-            (build_v4(&mut v4, &values), build_v6(&mut v6))
+            (build_v4(&mut v4, &values, runs), build_v6(&mut v6, runs))
         };
         PrefixTable {
             v4_starts,
@@ -217,6 +231,12 @@ impl PrefixTableBuilder {
             *self = later;
             return;
         }
+        // Renumbering keeps each run's order: its values rise with the base.
+        self.runs = if self.runs == 0 || later.runs == 0 {
+            0
+        } else {
+            self.runs + later.runs
+        };
         let base = self.values.len() as u32;
         self.values.extend(later.values);
         self.v4
@@ -231,8 +251,8 @@ type V4Ranges = (Vec<u32>, Vec<(u32, ClientNetwork)>, Vec<u32>);
 /// The IPv6 part, the same way (a range's network by value index).
 type V6Ranges = (Vec<u128>, Vec<(u128, u32)>, Vec<u32>);
 
-fn build_v4(prefixes: &mut [(u32, u32, u32)], values: &[ClientNetwork]) -> V4Ranges {
-    sort_prefixes(prefixes);
+fn build_v4(prefixes: &mut [(u32, u32, u32)], values: &[ClientNetwork], runs: usize) -> V4Ranges {
+    order_prefixes(prefixes, runs);
     // Nesting splits a range in at most two around each prefix inside it.
     let mut starts = Vec::with_capacity(prefixes.len() * 2 + 1);
     let mut ranges = Vec::with_capacity(prefixes.len() * 2 + 1);
@@ -246,8 +266,8 @@ fn build_v4(prefixes: &mut [(u32, u32, u32)], values: &[ClientNetwork]) -> V4Ran
     (starts, ranges, blocks)
 }
 
-fn build_v6(prefixes: &mut [(u128, u128, u32)]) -> V6Ranges {
-    sort_prefixes(prefixes);
+fn build_v6(prefixes: &mut [(u128, u128, u32)], runs: usize) -> V6Ranges {
+    order_prefixes(prefixes, runs);
     let (mut starts, mut ranges) = (Vec::new(), Vec::new());
     flatten_sorted(prefixes, |s, e, v| {
         starts.push(s);
@@ -278,6 +298,7 @@ fn read_lines(text: &str) -> Result<(PrefixTableBuilder, usize), (usize, Steerin
             b.insert_parsed(addr, len, network);
         }
     }
+    b.sort();
     Ok((b, count))
 }
 
@@ -833,7 +854,23 @@ impl Address for u128 {
 /// order is a stable sort's, at an unstable sort's price (a third less time on 300,000
 /// prefixes).
 fn sort_prefixes<A: Address>(prefixes: &mut [(A, A, u32)]) {
-    prefixes.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    prefixes.sort_unstable_by(prefix_order);
+}
+
+/// [`sort_prefixes`]'s order.
+fn prefix_order<A: Address>(a: &(A, A, u32), b: &(A, A, u32)) -> std::cmp::Ordering {
+    a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2))
+}
+
+/// Puts `prefixes`, `runs` sorted runs laid end to end (0: not known to be sorted), in
+/// [`sort_prefixes`]'s order: the standard library's stable sort finds the runs and merges
+/// them in linear time.
+fn order_prefixes<A: Address>(prefixes: &mut [(A, A, u32)], runs: usize) {
+    match runs {
+        0 => sort_prefixes(prefixes),
+        1 => {}
+        _ => prefixes.sort_by(prefix_order),
+    }
 }
 
 /// Turns nested prefixes, in [`sort_prefixes`]'s order, into disjoint ranges, each owned by
@@ -1147,6 +1184,16 @@ mod tests {
         text.push_str("\n10.0.0.0/8 - DE\n\n");
         assert!(text.len() > 2 * PARALLEL_TEXT, "{} bytes", text.len());
         let one = PrefixTable::from_lines(&text).unwrap();
+        // The pieces' prefixes are sorted where they are read and merged at the build: the
+        // same table as the prefixes inserted one by one and sorted whole.
+        let mut inserted = PrefixTable::builder();
+        for line in lines(&text) {
+            if let Some((addr, len, network)) = table_line(line).unwrap() {
+                inserted.insert_parsed(addr, len, network);
+            }
+        }
+        assert_eq!(inserted.runs, 0);
+        assert!(inserted.build() == one, "sorted whole");
         for threads in [2, 3, 4, 16] {
             let many = PrefixTable::from_lines_on(&text, threads).unwrap();
             assert!(one == many, "{threads} threads");
