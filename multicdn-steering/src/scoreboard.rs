@@ -531,6 +531,17 @@ impl Cell {
         }
     }
 
+    /// Reads what [`Cell::add_windows`] reads first past the cell's first line: the list of
+    /// closed buckets, the newest of them and its packed bins (on the heap in a busy cell). A
+    /// walk over many cells reads these for a chunk of cells ahead ([`touch_ahead`]), so their
+    /// misses are in flight together rather than one after another.
+    #[inline]
+    fn touch(&self) -> u32 {
+        self.closed
+            .last()
+            .map_or(0, |b| b.index ^ u32::from(b.bins.first_byte()))
+    }
+
     /// The buckets as serialised, oldest first.
     fn to_wire(&self) -> Vec<BucketWire> {
         let mut out: Vec<BucketWire> = self
@@ -1642,22 +1653,27 @@ fn read_snapshots(
     let read = |take: &dyn Fn(u64) -> bool| -> Vec<Parts> {
         let mut reader = windows_read.reader();
         let mut group: Vec<&Cell> = Vec::with_capacity(boards.len());
+        let mut chunk: Vec<(u64, &Cell)> = Vec::with_capacity(READ_AHEAD);
         for (i, board) in boards.iter().enumerate() {
-            for (packed, cell) in board.cells.iter() {
-                // A key an earlier board holds was read with it.
-                if !take(packed)
-                    || boards
-                        .get(..i)
-                        .is_some_and(|earlier| earlier.iter().any(|b| b.cells.contains_key(packed)))
-                {
-                    continue;
+            let mut walk = board.cells.iter();
+            while next_chunk(&mut walk, &mut chunk) {
+                touch_ahead(chunk.iter().filter(|(k, _)| take(*k)).map(|(_, c)| *c));
+                for &(packed, cell) in &chunk {
+                    // A key an earlier board holds was read with it.
+                    if !take(packed)
+                        || boards.get(..i).is_some_and(|earlier| {
+                            earlier.iter().any(|b| b.cells.contains_key(packed))
+                        })
+                    {
+                        continue;
+                    }
+                    group.clear();
+                    group.push(cell);
+                    if let Some(later) = boards.get(i + 1..) {
+                        group.extend(later.iter().filter_map(|b| b.cells.get(packed)));
+                    }
+                    reader.add(packed, &group);
                 }
-                group.clear();
-                group.push(cell);
-                if let Some(later) = boards.get(i + 1..) {
-                    group.extend(later.iter().filter_map(|b| b.cells.get(packed)));
-                }
-                reader.add(packed, &group);
             }
         }
         reader.parts
@@ -1698,6 +1714,27 @@ fn read_snapshots(
 
 /// The fewest cells (over every board read) worth reading on several threads.
 const PARALLEL_CELLS: usize = 65_536;
+
+/// How many cells a walk over a board reads ahead ([`Cell::touch`]).
+const READ_AHEAD: usize = 32;
+
+/// The next [`READ_AHEAD`] cells of `walk` into `chunk`; `false` when none are left.
+#[inline]
+fn next_chunk<'a>(
+    walk: &mut impl Iterator<Item = (u64, &'a Cell)>,
+    chunk: &mut Vec<(u64, &'a Cell)>,
+) -> bool {
+    chunk.clear();
+    chunk.extend(walk.by_ref().take(READ_AHEAD));
+    !chunk.is_empty()
+}
+
+/// [`Cell::touch`] of each of `cells`, in one tight loop (their misses overlap).
+#[inline]
+fn touch_ahead<'a>(cells: impl Iterator<Item = &'a Cell>) {
+    // Kept, so the reads are made.
+    std::hint::black_box(cells.fold(0u32, |x, c| x ^ c.touch()));
+}
 
 /// What a scoped thread returned, its panic raised again.
 pub(crate) fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
@@ -1788,38 +1825,54 @@ fn read_shard_by_shard(
                     let mut reader = windows.reader();
                     let mut handed: Vec<Handed<'_>> = (0..n).map(|_| Handed::default()).collect();
                     let mut group: Vec<&Cell> = Vec::with_capacity(n);
-                    for (packed, cell) in board.cells.iter() {
-                        let o = owner(packed);
-                        group.clear();
-                        group.push(cell);
-                        if o == t {
-                            group.extend(
+                    let mut chunk: Vec<(u64, &Cell)> = Vec::with_capacity(READ_AHEAD);
+                    // Each key's cell in every board (`None` in this one), a chunk of keys at
+                    // a time: the lookups and their cells' reads overlap.
+                    let mut found: Vec<Option<&Cell>> = Vec::with_capacity(READ_AHEAD * n);
+                    let mut walk = board.cells.iter();
+                    while next_chunk(&mut walk, &mut chunk) {
+                        found.clear();
+                        for &(packed, _) in &chunk {
+                            found.extend(
                                 boards
                                     .iter()
                                     .enumerate()
-                                    .filter(|(s, _)| *s != t)
-                                    .filter_map(|(_, b)| b.cells.get(packed)),
+                                    .map(|(s, b)| if s == t { None } else { b.cells.get(packed) }),
                             );
-                            reader.add(packed, &group);
-                            continue;
                         }
-                        let held_by =
-                            |s: usize| boards.get(s).is_some_and(|b| b.cells.contains_key(packed));
-                        // The owner reads it from its own board, or an earlier board hands it.
-                        if held_by(o) || (0..t).any(|s| s != o && held_by(s)) {
-                            continue;
-                        }
-                        group.extend(
-                            boards
+                        touch_ahead(
+                            chunk
                                 .iter()
-                                .enumerate()
-                                .skip(t + 1)
-                                .filter(|(s, _)| *s != o)
-                                .filter_map(|(_, b)| b.cells.get(packed)),
+                                .map(|(_, c)| *c)
+                                .chain(found.iter().flatten().copied()),
                         );
-                        if let Some(h) = handed.get_mut(o) {
-                            h.keys.push((packed, h.cells.len(), group.len()));
-                            h.cells.extend_from_slice(&group);
+                        for (&(packed, cell), others) in chunk.iter().zip(found.chunks(n)) {
+                            let o = owner(packed);
+                            group.clear();
+                            group.push(cell);
+                            if o == t {
+                                group.extend(others.iter().flatten());
+                                reader.add(packed, &group);
+                                continue;
+                            }
+                            let held_by = |s: usize| others.get(s).is_some_and(Option::is_some);
+                            // The owner reads it from its own board, or an earlier board hands
+                            // it.
+                            if held_by(o) || (0..t).any(|s| s != o && held_by(s)) {
+                                continue;
+                            }
+                            group.extend(
+                                others
+                                    .iter()
+                                    .enumerate()
+                                    .skip(t + 1)
+                                    .filter(|(s, _)| *s != o)
+                                    .filter_map(|(_, c)| *c),
+                            );
+                            if let Some(h) = handed.get_mut(o) {
+                                h.keys.push((packed, h.cells.len(), group.len()));
+                                h.cells.extend_from_slice(&group);
+                            }
                         }
                     }
                     (reader.parts, handed)

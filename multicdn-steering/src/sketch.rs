@@ -1304,6 +1304,16 @@ const LO_BITS: u32 = KEY_BITS;
 const LEN_BITS: u32 = KEY_BITS + 1;
 
 impl PackedBins {
+    /// The first byte held (0 when empty): reading it brings a heap-held bucket's bytes into
+    /// the cache, for a walk that reads ahead.
+    #[inline]
+    pub(crate) fn first_byte(&self) -> u8 {
+        match &self.data {
+            Bytes::Inline { buf, .. } => buf[0],
+            Bytes::Heap(b) => b.first().copied().unwrap_or(0),
+        }
+    }
+
     /// Packs `(bin, count)` pairs sorted by bin, each bin once (empty counts allowed).
     pub(crate) fn from_bins(bins: &[(u32, u64)]) -> PackedBins {
         let mut nonzero = bins.iter().filter(|(_, c)| *c > 0);
