@@ -168,7 +168,8 @@ fn run(cli: Cli) -> Result<u8, Fail> {
         .map_err(|e| Fail::error(format!("error: cannot read {name}: {e}")))?;
     let report = ingest.take_report();
     let now = at.or(report.newest).unwrap_or(Timestamp::EPOCH);
-    let snapshot = board.snapshot_on(now, window, usize::from(cli.threads));
+    // The scoreboard's size is counted as the read walks its cells.
+    let (snapshot, size) = board.snapshot_sized_on(now, window, usize::from(cli.threads));
     let providers: Vec<ProviderId> = if policy.is_some() {
         board.providers().to_vec()
     } else {
@@ -210,8 +211,8 @@ fn run(cli: Cli) -> Result<u8, Fail> {
     );
     common::out!(
         "scoreboard: {} cells in {:.1} MiB{}",
-        board.cells(),
-        board.heap_bytes() as f64 / f64::from(1u32 << 20),
+        size.cells,
+        size.heap_bytes as f64 / f64::from(1u32 << 20),
         match board.shards() {
             1 => String::new(),
             n => format!(" ({n} shards)"),

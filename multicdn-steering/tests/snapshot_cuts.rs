@@ -11,7 +11,7 @@ use std::time::Duration;
 use multicdn_core::{Country, NetworkKey, ProviderId, Timestamp};
 use multicdn_steering::beacon::ClientNetwork;
 use multicdn_steering::scoreboard::{
-    Metric, Sample, Scoreboard, ScoreboardConfig, ScoreboardShards, Snapshot,
+    Metric, Sample, Scoreboard, ScoreboardConfig, ScoreboardShards, ScoreboardSize, Snapshot,
 };
 use multicdn_steering::sketch::Sketch;
 
@@ -219,7 +219,22 @@ fn two_shards_read_on_a_thread_each_read_as_one_scoreboard() {
     );
     let shards = ScoreboardShards::new(shards).unwrap();
     assert_eq!(shards.cells(), whole.cells());
-    same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 2));
+    same_snapshots(&want, &same_size(&shards, now, 2));
+}
+
+/// The shards' snapshots on `threads` threads, whose size counted in the read is the one
+/// [`ScoreboardShards::cells`] and [`ScoreboardShards::heap_bytes`] count.
+fn same_size(shards: &ScoreboardShards, now: Timestamp, threads: usize) -> Vec<Snapshot> {
+    let (snapshots, size) = shards.snapshots_sized_on(now, &WINDOWS, threads);
+    assert_eq!(
+        size,
+        ScoreboardSize {
+            cells: shards.cells(),
+            heap_bytes: shards.heap_bytes()
+        },
+        "{threads} threads"
+    );
+    snapshots
 }
 
 /// Shards of one stream, read as one without merging them, read as the whole stream in one
@@ -245,10 +260,10 @@ fn shards_read_as_one_read_as_one_scoreboard() {
     assert_eq!(shards.providers(), &more[..]);
     assert_eq!(shards.cells(), whole.cells());
     assert_eq!(shards.quality(), whole.quality());
-    same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 1));
-    same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 3));
+    same_snapshots(&want, &same_size(&shards, now, 1));
+    same_snapshots(&want, &same_size(&shards, now, 3));
     // A thread a shard, each walking its own (keys some shards lack handed to their owner).
-    same_snapshots(&want, &shards.snapshots_on(now, &WINDOWS, 4));
+    same_snapshots(&want, &same_size(&shards, now, 4));
     let merged = shards.merged();
     assert_eq!(merged.cells(), whole.cells());
     same_snapshots(&want, &merged.snapshots_on(now, &WINDOWS, 2));
