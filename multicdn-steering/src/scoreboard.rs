@@ -1991,6 +1991,9 @@ fn shard_of_packed(packed: u64, shards: usize) -> usize {
 #[derive(Default)]
 struct Parts {
     cuts: FxHashMap<CutKey, Agg>,
+    /// The keys of the countries' cuts in `cuts`, each once: what [`Parts::roll_up`] rolls up,
+    /// found without a walk over every cut.
+    countries: Vec<CutKey>,
     base: Vec<(BaseKey, Agg)>,
     asn_countries: FxHashMap<u32, Vec<(Country, u64)>>,
 }
@@ -2024,7 +2027,16 @@ impl Parts {
             Some(c) => NetworkKey::Country(c),
             None => NetworkKey::Global,
         };
-        self.cuts.entry(cut(direct)).or_default().merge(&agg);
+        let direct = cut(direct);
+        match self.cuts.entry(direct) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut().merge(&agg),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                if matches!(direct.network, NetworkKey::Country(_)) {
+                    self.countries.push(direct);
+                }
+                v.insert(Agg::default()).merge(&agg);
+            }
+        }
         self.base.push((key, agg));
     }
 
@@ -2036,6 +2048,9 @@ impl Parts {
             match self.cuts.entry(key) {
                 std::collections::hash_map::Entry::Occupied(o) => o.into_mut().merge(&agg),
                 std::collections::hash_map::Entry::Vacant(v) => {
+                    if matches!(key.network, NetworkKey::Country(_)) {
+                        self.countries.push(key);
+                    }
                     v.insert(agg);
                 }
             }
@@ -2055,15 +2070,10 @@ impl Parts {
     /// Adds every country's cut to its continent's and to `*` (which already holds the
     /// networks with no country).
     fn roll_up(&mut self) {
-        let countries: Vec<(CutKey, Country)> = self
-            .cuts
-            .keys()
-            .filter_map(|k| match k.network {
-                NetworkKey::Country(c) => Some((*k, c)),
-                _ => None,
-            })
-            .collect();
-        for (key, country) in countries {
+        for key in std::mem::take(&mut self.countries) {
+            let NetworkKey::Country(country) = key.network else {
+                continue;
+            };
             let Some(agg) = self.cuts.get(&key).cloned() else {
                 continue;
             };
