@@ -1438,7 +1438,7 @@ impl Scoreboard {
         windows: &[Duration],
         threads: usize,
     ) -> Vec<Snapshot> {
-        read_snapshots(&[self], now, windows, threads).0
+        read_snapshots(&[self], now, windows, threads, false).0
     }
 
     /// [`Scoreboard::snapshot`] on up to `threads` threads (see [`Scoreboard::snapshots_on`]).
@@ -1614,7 +1614,7 @@ impl ScoreboardShards {
         windows: &[Duration],
         threads: usize,
     ) -> Vec<Snapshot> {
-        self.snapshots_sized_on(now, windows, threads).0
+        self.read(now, windows, threads, false).0
     }
 
     /// [`ScoreboardShards::snapshots_on`], and the shards' size counted as the read walks
@@ -1626,13 +1626,26 @@ impl ScoreboardShards {
         windows: &[Duration],
         threads: usize,
     ) -> (Vec<Snapshot>, ScoreboardSize) {
+        self.read(now, windows, threads, true)
+    }
+
+    /// [`read_snapshots`] of the shards; `sized`: their heap bytes counted too.
+    fn read(
+        &self,
+        now: Timestamp,
+        windows: &[Duration],
+        threads: usize,
+        sized: bool,
+    ) -> (Vec<Snapshot>, ScoreboardSize) {
         let boards: Vec<&Scoreboard> = self.boards.iter().collect();
-        read_snapshots(&boards, now, windows, threads)
+        read_snapshots(&boards, now, windows, threads, sized)
     }
 
     /// [`ScoreboardShards::snapshots_on`] of one window.
     pub fn snapshot_on(&self, now: Timestamp, window: Duration, threads: usize) -> Snapshot {
-        self.snapshot_sized_on(now, window, threads).0
+        self.snapshots_on(now, &[window], threads)
+            .pop()
+            .unwrap_or_else(|| Parts::default().into_snapshot(&self.like, now, window))
     }
 
     /// [`ScoreboardShards::snapshots_sized_on`] of one window.
@@ -1662,12 +1675,15 @@ impl ScoreboardShards {
 /// [`Scoreboard::snapshots_on`] of `boards` read as one (they name the same providers, with
 /// the same bucket length, as [`ScoreboardShards`] makes them): a key held by several boards
 /// is read once, its cells' buckets added together, so the snapshots are those of the boards
-/// merged. With them, the boards' size, counted as they are walked.
+/// merged. With them, the boards' size, counted as they are walked: their cells, and with
+/// `sized` their heap bytes (a read for a decision round wants neither, and the bytes cost a
+/// look at every cell's closed buckets).
 fn read_snapshots(
     boards: &[&Scoreboard],
     now: Timestamp,
     windows: &[Duration],
     threads: usize,
+    sized: bool,
 ) -> (Vec<Snapshot>, ScoreboardSize) {
     let Some(first_board) = boards.first() else {
         return (Vec::new(), ScoreboardSize::default());
@@ -1694,6 +1710,7 @@ fn read_snapshots(
         firsts: &ordered_firsts,
         order: &order,
         current,
+        sized,
     };
     // Reads the cells `take` picks (by packed key) of every board.
     let read = |take: &dyn Fn(u64) -> bool| -> (Vec<Parts>, ScoreboardSize) {
@@ -1709,7 +1726,7 @@ fn read_snapshots(
                         continue;
                     }
                     // Each board's cells of the keys taken here are walked here alone.
-                    reader.size.heap_bytes += cell.heap_bytes();
+                    reader.walked(cell);
                     // A key an earlier board holds was read with it.
                     if boards
                         .get(..i)
@@ -1756,7 +1773,9 @@ fn read_snapshots(
             p.absorb(o);
         }
     }
-    size.heap_bytes += boards.iter().map(|b| b.table_bytes()).sum::<usize>();
+    if sized {
+        size.heap_bytes += boards.iter().map(|b| b.table_bytes()).sum::<usize>();
+    }
     let snapshots = parts
         .into_iter()
         .zip(windows)
@@ -1802,6 +1821,8 @@ struct WindowsRead<'a> {
     firsts: &'a [u32],
     order: &'a [usize],
     current: u32,
+    /// The readers count the heap bytes of the cells they walk.
+    sized: bool,
 }
 
 impl WindowsRead<'_> {
@@ -1830,14 +1851,23 @@ struct WindowsReader<'a> {
     windows: &'a WindowsRead<'a>,
     /// One a window, in the order the windows were asked for.
     parts: Vec<Parts>,
-    /// The keys read (each once, whatever boards hold it) and the heap bytes of the cells the
-    /// thread walked (each board's cells walked by one thread).
+    /// The keys read (each once, whatever boards hold it) and, in a sized read, the heap bytes
+    /// of the cells the thread walked ([`WindowsReader::walked`]).
     size: ScoreboardSize,
     acc: Accumulator,
     aggs: Vec<Agg>,
 }
 
 impl WindowsReader<'_> {
+    /// Counts the heap bytes of a cell this thread walks (each cell of each board is walked by
+    /// one thread), when the read is sized.
+    #[inline]
+    fn walked(&mut self, cell: &Cell) {
+        if self.windows.sized {
+            self.size.heap_bytes += cell.heap_bytes();
+        }
+    }
+
     /// Adds the cells one key has in the boards read (one a board at most) to every window.
     #[inline]
     fn add(&mut self, packed: u64, group: &[&Cell]) {
@@ -1909,8 +1939,9 @@ fn read_shard_by_shard(
                                 .chain(found.iter().flatten().copied()),
                         );
                         // This thread walks every cell of its board.
-                        reader.size.heap_bytes +=
-                            chunk.iter().map(|(_, c)| c.heap_bytes()).sum::<usize>();
+                        for &(_, cell) in &chunk {
+                            reader.walked(cell);
+                        }
                         for (&(packed, cell), others) in chunk.iter().zip(found.chunks(n)) {
                             let o = owner(packed);
                             group.clear();
