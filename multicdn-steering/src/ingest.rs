@@ -866,6 +866,14 @@ impl<R: NetworkResolver> Ingestor<R> {
                 .map(|(name, v)| (Cow::Owned(name.clone()), v))
                 .collect(),
         };
+        // The providers the line teaches are learnt before any of its slots is taken: learning
+        // one moves the slots after it up, and a slot taken earlier in the line would then
+        // name another provider in the pairs stored below.
+        if board.providers().len() < self.discover {
+            for (name, _) in &pairs {
+                let _ = self.slot(board, name);
+            }
+        }
         let mut stored = 0;
         let mut unknown = 0usize;
         let mut first_unknown = String::new();
@@ -1810,6 +1818,41 @@ not json"#;
                     .samples,
                 u64::from(beacons == 7)
             );
+        }
+    }
+
+    #[test]
+    fn a_probe_that_teaches_providers_pairs_them_by_their_final_slots() {
+        // Each name is new to the empty board and sorts before the ones read before it in the
+        // line: every one learnt moves the slots already taken up by one.
+        let now = Timestamp::from_millis(5000);
+        let mut b = Scoreboard::new(ScoreboardConfig::default().min_samples(1), &[]).unwrap();
+        let mut ing = Ingestor::new(crate::resolve::NoResolver)
+            .received_at(now)
+            .discover_providers(8);
+        let line = r#"{"at":1000,"asn":7,"times":{"fastly":100,"cloudflare":50,"akamai":200}}"#;
+        assert_eq!(ing.ingest_line(line.as_bytes(), &mut b), Ok(3));
+        let snap = b.snapshot(now, Duration::from_secs(3600));
+        let p = |name: &str| ProviderId::new(name).unwrap();
+        let asn = NetworkKey::Asn(7);
+        for (a, x, c, y) in [
+            ("fastly", 100.0, "cloudflare", 50.0),
+            ("akamai", 200.0, "fastly", 100.0),
+            ("akamai", 200.0, "cloudflare", 50.0),
+        ] {
+            let pairing = snap.pairing(asn, &p(a), &p(c));
+            let pairs = snap.pairing_where(&p(a), &p(c), |n| n.asn == Some(7));
+            // One load: the pairing's median ratio is that load's, whichever way it is asked.
+            for found in [pairing, pairs] {
+                let found = found.unwrap_or_else(|| panic!("{a} and {c} not paired"));
+                assert_eq!(found.pairs, 1, "{a} {c}");
+                let want: f64 = x / y;
+                assert!(
+                    (found.median_ratio / want - 1.0).abs() < 0.05,
+                    "{a}/{c}: {} against {want}",
+                    found.median_ratio
+                );
+            }
         }
     }
 
