@@ -615,8 +615,13 @@ impl BaseKey {
             let [b0, b1] = c.as_bytes();
             u64::from(b0.wrapping_sub(b'A')) * 26 + u64::from(b1.wrapping_sub(b'A')) + 1
         });
-        let asn = self.asn.map_or(0u64, |a| u64::from(a) + 1);
+        let asn = BaseKey::asn_bits(self.asn);
         self.metric.bits() | (u64::from(self.provider) << 2) | (country << 18) | (asn << 28)
+    }
+
+    /// A packed key's ASN bits (`packed >> 28`): the ASN plus one, 0 for none.
+    fn asn_bits(asn: Option<u32>) -> u64 {
+        asn.map_or(0, |a| u64::from(a) + 1)
     }
 
     /// The key [`BaseKey::pack`] packed.
@@ -2173,7 +2178,6 @@ impl Parts {
 
 /// What one thread of a read made of its cells, finished ([`Parts::finish`]): the countries',
 /// continents' and `*` cuts, which every thread has some of, and the part that is its alone.
-#[derive(Default)]
 struct ReadPart {
     cuts: FxHashMap<CutKey, Agg>,
     asns: AsnPart,
@@ -2376,7 +2380,7 @@ impl Snapshot {
     /// The part an ASN's cuts are in.
     fn asn_part(&self, asn: u32) -> Option<&AsnPart> {
         self.asns
-            .get(asn_share(u64::from(asn) + 1, self.asns.len()))
+            .get(asn_share(BaseKey::asn_bits(Some(asn)), self.asns.len()))
     }
 
     /// A cut's aggregate, if it has one.
