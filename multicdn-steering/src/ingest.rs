@@ -1182,9 +1182,12 @@ struct Stream<R> {
     error: Option<std::io::Error>,
 }
 
-/// How many `\n` in `b` (counted many bytes a step: it is done with the stream locked).
+/// How many `\n` in `b`: counted with the stream locked, so at `memchr`'s vector speed (some
+/// 32 bytes a step). A plain count a byte at a time, which the compiler vectorizes only four
+/// bytes a step, took some 80 µs a block of 256 KiB: about 100 ms of the threads' time on a
+/// 2 M-line log, most of it with the other thread waiting for the stream.
 fn newlines(b: &[u8]) -> u64 {
-    b.iter().map(|&c| u64::from(c == b'\n')).sum()
+    memchr::memchr_iter(b'\n', b).count() as u64
 }
 
 /// The first `\n` (`memchr`: many bytes a step).
@@ -1766,6 +1769,30 @@ not json"#;
                 "cell {key:#x} written, not read ahead"
             );
         }
+    }
+
+    #[test]
+    fn a_block_numbered_for_the_next_has_as_many_lines_as_newlines() {
+        // Lengths around the vector width, newlines at both ends, runs of them and none.
+        let mut seed = 7u64;
+        for len in (0..300).chain([4095, 4096, 4097, 1 << 18]) {
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    if (seed >> 33).is_multiple_of(7) {
+                        b'\n'
+                    } else {
+                        b'a' + (seed >> 40) as u8 % 26
+                    }
+                })
+                .collect();
+            let plain = bytes.iter().filter(|&&c| c == b'\n').count() as u64;
+            assert_eq!(newlines(&bytes), plain, "{len} bytes");
+        }
+        assert_eq!(newlines(b"\n\n\n"), 3);
+        assert_eq!(newlines(b"{}\n{}"), 1);
     }
 
     #[test]
