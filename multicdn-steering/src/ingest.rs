@@ -343,12 +343,10 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// together), then the batch is stored in line order. Storing, and everything counted,
     /// happens in line order as it would one line at a time.
     ///
-    /// A navigation's samples are held back ([`Scoreboard::insert_navigation_staged`]) and
-    /// written [`STAGE_MAX`] at a time, a part of the cell table after another, rather than
-    /// each into a cell somewhere in a table much larger than the cache: what each comes to
-    /// is known and counted as it is read, and every public call ends with them written. A
-    /// probe's cells are read ahead for the batch instead ([`Ingestor::warm`]) and written at
-    /// once.
+    /// The samples are held back ([`Scoreboard::insert_staged`] and its kin) and written
+    /// [`STAGE_MAX`] at a time, a part of the cell table after another, rather than each into
+    /// a cell somewhere in a table much larger than the cache: what each comes to is known
+    /// and counted as it is read, and every public call ends with them written.
     ///
     /// Each line is read into its slot of the batch and stored from there: a beacon's fields
     /// (some 200 bytes) are written once, not moved from the parser to the batch to the store.
@@ -379,7 +377,6 @@ impl<R: NetworkResolver> Ingestor<R> {
                 bytes = bytes.get(end + 1..).unwrap_or_default();
             }
             self.resolve_batch(&mut batch[..n]);
-            self.warm(&batch[..n], board);
             for read in &mut batch[..n] {
                 let _ = self.take(read, board, now);
             }
@@ -729,70 +726,6 @@ impl<R: NetworkResolver> Ingestor<R> {
         }
     }
 
-    /// Has `board` read the cells a batch's probe beacons will be stored in, all together
-    /// ([`Scoreboard::warm`]), before they are stored one by one: a probe's cell of each
-    /// provider it timed and of each pair of them. (A navigation's samples are held back, to
-    /// be written a part of the cell table at a time: see [`Scoreboard::write_staged`].)
-    #[inline]
-    fn warm(&self, batch: &[Pending<'_>], board: &Scoreboard) {
-        let mut keys = [0u64; WARM_KEYS];
-        let n = self.warm_keys(batch, board, &mut keys);
-        board.warm(&keys[..n]);
-    }
-
-    /// The keys of the cells [`Ingestor::warm`] reads for `batch`, in `keys`; how many (the
-    /// first [`WARM_KEYS`] of them).
-    #[inline]
-    fn warm_keys(
-        &self,
-        batch: &[Pending<'_>],
-        board: &Scoreboard,
-        keys: &mut [u64; WARM_KEYS],
-    ) -> usize {
-        let mut n = 0;
-        let mut put = |key: u64| {
-            if let Some(place) = keys.get_mut(n) {
-                *place = key;
-                n += 1;
-            }
-        };
-        for read in batch {
-            let Pending::Beacon(raw, Ok(network)) = read else {
-                continue;
-            };
-            if let (Some(_), Some(_)) = (raw.ttfb, raw.provider.as_deref()) {
-                continue;
-            }
-            let mut slots = [ProviderSlot::default(); 8];
-            let mut m = 0;
-            let mut add = |name: &str| {
-                if let (Some(slot), Some(place)) = (board.provider_slot(name), slots.get_mut(m)) {
-                    *place = slot;
-                    m += 1;
-                }
-            };
-            match &raw.times {
-                Some(RawTimes::ByProvider(list)) => list.iter().for_each(|(name, _)| add(name)),
-                Some(RawTimes::InOrder(list)) => {
-                    self.probe_order
-                        .iter()
-                        .take(list.len())
-                        .for_each(|name| add(name));
-                }
-                None => {}
-            }
-            for (i, &a) in slots[..m].iter().enumerate() {
-                put(Scoreboard::cell_key(Metric::Probe, a, *network));
-                for &b in &slots[i + 1..m] {
-                    if let Some(key) = Scoreboard::pair_key(a, b, *network) {
-                        put(key);
-                    }
-                }
-            }
-        }
-        n
-    }
-
     /// Numbers, counts and stores a line [`Ingestor::parse`] read.
     #[inline]
     fn take(
@@ -947,7 +880,7 @@ impl<R: NetworkResolver> Ingestor<R> {
             }
         }
         if n_paired > 1 {
-            board.insert_pairs(at, network, &paired[..n_paired]);
+            board.insert_pairs_staged(Some(&mut self.staged), at, network, &paired[..n_paired]);
         }
         if stored == 0 {
             if last_err.0 == BadLine::UnknownProvider {
@@ -989,7 +922,7 @@ impl<R: NetworkResolver> Ingestor<R> {
         board: &mut Scoreboard,
         sample: &Sample,
     ) -> Result<(), (BadLine, Option<String>)> {
-        let recorded = board.insert(sample);
+        let recorded = board.insert_staged(Some(&mut self.staged), sample);
         self.stored(recorded, sample)
     }
 
@@ -1192,16 +1125,12 @@ impl<R: Read> Splitter<R> {
 /// Lines read ahead of storing them (see [`Ingestor::ingest_block`]).
 const BATCH: usize = 64;
 
-/// At most this many cells are read ahead for a batch ([`Ingestor::warm`]): a probe's
-/// provider and pair cells (three providers: three cells and three pairs). A batch that needs
-/// more reads only the first this many ahead.
-const WARM_KEYS: usize = 4 * BATCH;
-
-/// The most navigation samples held back before they are written, a part of the cell table at
-/// a time (see [`Ingestor::ingest_block`]): 3 MiB of them. On the 2 M-line log of
-/// `scripts/ingest-vs-duckdb`, 2^17 and 2^18 ran alike (4-5% faster than writing each sample
-/// as it came, on one core; 7-8% on two), 2^16 a little slower; 2^20 no faster, with the
-/// tool's peak memory 146 MiB where 2^17 takes 103 (93 holding nothing back).
+/// The most samples held back before they are written, a part of the cell table at a time
+/// (see [`Ingestor::ingest_block`]): 3 MiB of them. On the 2 M-line log of
+/// `scripts/ingest-vs-duckdb`, holding the navigation samples back, 2^17 and 2^18 ran alike
+/// (4-5% faster than writing each sample as it came, on one core; 7-8% on two), 2^16 a
+/// little slower; 2^20 no faster, with the tool's peak memory 146 MiB where 2^17 takes 103
+/// (93 holding nothing back).
 const STAGE_MAX: usize = 1 << 17;
 
 /// A line read but not yet numbered, counted or stored (see [`Ingestor::parse`]).
@@ -1772,62 +1701,6 @@ mod tests {
             ],
         )
         .unwrap()
-    }
-
-    #[test]
-    fn the_cells_read_ahead_are_the_cells_the_batch_writes() {
-        // Read ahead under other keys than the stores use, the reads would cost time and
-        // save none: every cell the batch writes must be one read ahead. The navigation
-        // samples are held back (written later, a part of the table at a time): their cells
-        // are not read ahead.
-        let table =
-            PrefixTable::from_lines("203.0.113.0/24 AS64500 DE\n2001:db8::/32 AS64501 FR").unwrap();
-        let mut ing = Ingestor::new(table)
-            .probe_order(["fastly", "cloudflare"])
-            .received_at(Timestamp::from_millis(5000));
-        let text = r#"{"at":1000,"ip":"203.0.113.9","ttfb":120,"provider":"fastly","cache":"HIT"}
-{"at":1000,"ip":"2001:db8::1","ttfb":90,"provider":"cloudflare","cache":"MISS"}
-{"at":2000,"asn":64502,"country":"BR","ttfb":70,"provider":"cloudflare","cache":"hit"}
-{"at":2000,"ip":"203.0.113.9","times":[80.5,null]}
-{"at":3000,"ip":"2001:db8::1","times":{"fastly":81,"cloudflare":70}}
-{"at":3000,"asn":64503,"times":{"cloudflare":60,"fastly":75}}
-{"at":3000,"ttfb":"fast","provider":"fastly"}
-not json"#;
-        let mut batch: Vec<Pending<'_>> = (0..8).map(|_| Pending::Blank).collect();
-        for (line, read) in text.lines().zip(&mut batch) {
-            Ingestor::<PrefixTable>::parse(line.as_bytes(), read);
-        }
-        ing.resolve_batch(&mut batch);
-        let mut b = board();
-        let mut keys = [0u64; WARM_KEYS];
-        let n = ing.warm_keys(&batch, &b, &mut keys);
-        let read_ahead: std::collections::BTreeSet<u64> = keys[..n].iter().copied().collect();
-        // Each probe's two provider cells and their pair (read for the first probe too,
-        // whose pair is not stored: one time is missing).
-        assert_eq!(read_ahead.len(), 6 + 3, "{read_ahead:?}");
-        for read in &mut batch {
-            let _ = ing.take(read, &mut b, Timestamp::from_millis(5000));
-        }
-        assert_eq!(ing.report().beacons, 6);
-        let written = b.cell_keys();
-        // Six probe cells (a missing time is stored as a failure) and two pair cells.
-        assert_eq!(written.len(), 6 + 2, "{written:?}");
-        for &key in &written {
-            assert!(
-                read_ahead.contains(&key),
-                "cell {key:#x} written, not read ahead"
-            );
-        }
-        // Then the three navigation cells, two of them with a hit cell.
-        assert_eq!(ing.staged.len(), 3 + 2);
-        ing.flush(&mut b);
-        assert_eq!(ing.staged.len(), 0);
-        let navigation: Vec<u64> = b
-            .cell_keys()
-            .into_iter()
-            .filter(|k| !written.contains(k))
-            .collect();
-        assert_eq!(navigation.len(), 3 + 2, "{navigation:?}");
     }
 
     #[test]

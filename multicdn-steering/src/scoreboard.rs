@@ -839,7 +839,10 @@ struct Admitted {
     outcome: Recorded,
 }
 
-/// A sample held back in [`Staged`]: its cell, bucket, time and bin.
+/// A failed fetch's place for a bin in a [`StagedSample`] (no bin is this high).
+const FAILED: u32 = u32::MAX;
+
+/// A sample held back in [`Staged`]: its cell, bucket, time and bin ([`FAILED`]: a failure).
 #[derive(Debug, Clone, Copy)]
 struct StagedSample {
     key: u64,
@@ -848,7 +851,7 @@ struct StagedSample {
     bin: u32,
 }
 
-/// Navigation samples held back to be written later, a part of the cell table at a time
+/// Samples held back to be written later, a part of the cell table at a time
 /// ([`Scoreboard::write_staged`]), rather than each into a cell somewhere in a table much
 /// larger than the cache as it arrives.
 ///
@@ -856,8 +859,8 @@ struct StagedSample {
 /// cells), so writing a part reads cells that sit together: within the core's cache, on few
 /// pages. The samples of one cell are in one part in the order they came, so each cell is
 /// written as it would have been sample by sample. Only a sample that no cell can find too
-/// old is held back (see [`Scoreboard::write`]): what a sample comes to
-/// is known when it comes, and counted then.
+/// old is held back (see [`Scoreboard::write`]): what a sample comes to is known when it
+/// comes, and counted then.
 #[derive(Default)]
 pub(crate) struct Staged {
     parts: Vec<Vec<StagedSample>>,
@@ -1040,12 +1043,13 @@ impl Scoreboard {
     /// [`Scoreboard::insert_navigation`], which stores a hit under both metrics).
     #[inline]
     pub fn insert(&mut self, s: &Sample) -> Recorded {
-        self.insert_in(s, None)
+        self.insert_staged(None, s)
     }
 
-    /// [`Scoreboard::insert`], its write held back in `staged` when it can be.
+    /// [`Scoreboard::insert`], its write held back in `staged`, when given, if it can be (see
+    /// [`Scoreboard::write`]).
     #[inline]
-    fn insert_in(&mut self, s: &Sample, staged: Option<&mut Staged>) -> Recorded {
+    pub(crate) fn insert_staged(&mut self, staged: Option<&mut Staged>, s: &Sample) -> Recorded {
         let a = match self.admit(s) {
             Ok(a) => a,
             Err(dropped) => return dropped,
@@ -1106,8 +1110,8 @@ impl Scoreboard {
     /// than the cell's retention. With `staged`, a bin is held back there rather than written
     /// when no cell can find it too old: its bucket is no more than `keep` older than any
     /// cell's open bucket can be when it is written (the newest bucket written or held back
-    /// so far, the scoreboard's `newest`), so it comes to what it would now. A failure, or a bin
-    /// that may be too old, is written now, after every sample held back before it.
+    /// so far, the scoreboard's `newest`), so it comes to what it would now. A bin that may be
+    /// too old is written now, after every sample held back before it.
     #[inline]
     fn write(
         &mut self,
@@ -1118,15 +1122,13 @@ impl Scoreboard {
         bin: Option<u32>,
     ) -> bool {
         if let Some(staged) = staged {
-            if let Some(bin) = bin
-                && u64::from(index) + u64::from(self.keep) > u64::from(self.newest)
-            {
+            if u64::from(index) + u64::from(self.keep) > u64::from(self.newest) {
                 self.newest = self.newest.max(index);
                 staged.push(StagedSample {
                     key,
                     at,
                     index,
-                    bin,
+                    bin: bin.unwrap_or(FAILED),
                 });
                 return true;
             }
@@ -1134,7 +1136,7 @@ impl Scoreboard {
                 self.write_staged(staged);
             }
         }
-        self.record_packed(key, index, at, bin)
+        self.record(key, index, at, bin)
     }
 
     /// Lays `staged` out for the cell table as it is: a part for every 2,048 slots.
@@ -1154,7 +1156,8 @@ impl Scoreboard {
             for s in part.iter() {
                 // Held back only when no cell could find it too old (see `write`): this
                 // never fails, and if it did, the count would say so.
-                if !self.record_packed(s.key, s.index, s.at, Some(s.bin)) {
+                let bin = (s.bin != FAILED).then_some(s.bin);
+                if !self.record(s.key, s.index, s.at, bin) {
                     debug_assert!(false, "a sample held back was too old for its cell");
                     self.quality.stored = self.quality.stored.saturating_sub(1);
                     self.quality.too_old += 1;
@@ -1167,15 +1170,10 @@ impl Scoreboard {
         self.stage(staged);
     }
 
-    /// Writes a bin (`None`: a failure) into the base cell `key`; `false` when its bucket is
-    /// older than the retention.
+    /// Writes a bin (`None`: a failure) into the base cell `key` (packed); `false` when its
+    /// bucket is older than the retention.
     #[inline]
-    fn record(&mut self, key: BaseKey, index: u32, at: u64, bin: Option<u32>) -> bool {
-        self.record_packed(key.pack(), index, at, bin)
-    }
-
-    #[inline]
-    fn record_packed(&mut self, key: u64, index: u32, at: u64, bin: Option<u32>) -> bool {
+    fn record(&mut self, key: u64, index: u32, at: u64, bin: Option<u32>) -> bool {
         self.newest = self.newest.max(index);
         let cell = self.cells.get_or_insert_with(key, || Cell::new(index));
         cell.record(index, self.keep, at, bin)
@@ -1188,6 +1186,18 @@ impl Scoreboard {
     /// counted in [`Quality`], which counts the samples.
     pub fn insert_pairs(
         &mut self,
+        at: Timestamp,
+        network: ClientNetwork,
+        times: &[(ProviderSlot, Option<f64>)],
+    ) {
+        self.insert_pairs_staged(None, at, network, times);
+    }
+
+    /// [`Scoreboard::insert_pairs`], its writes held back in `staged`, when given, where they
+    /// can be (see [`Scoreboard::write`]).
+    pub(crate) fn insert_pairs_staged(
+        &mut self,
+        mut staged: Option<&mut Staged>,
         at: Timestamp,
         network: ClientNetwork,
         times: &[(ProviderSlot, Option<f64>)],
@@ -1212,8 +1222,9 @@ impl Scoreboard {
                 if usize::from(hi) >= self.providers.len() {
                     continue;
                 }
-                let key = BaseKey::of(Metric::Pair, pair_code(lo, hi), network);
-                self.record(key, index, at_ms, Some(sketch::bin_of_positive(ratio)));
+                let key = BaseKey::of(Metric::Pair, pair_code(lo, hi), network).pack();
+                let bin = sketch::bin_of_positive(ratio);
+                self.write(staged.as_deref_mut(), key, index, at_ms, Some(bin));
             }
         }
     }
@@ -1244,7 +1255,8 @@ impl Scoreboard {
         ttfb: f64,
         hit: bool,
     ) -> Recorded {
-        let recorded = self.insert_in(
+        let recorded = self.insert_staged(
+            staged.as_deref_mut(),
             &Sample {
                 at,
                 metric: Metric::Ttfb,
@@ -1252,7 +1264,6 @@ impl Scoreboard {
                 network,
                 value: Some(ttfb),
             },
-            staged.as_deref_mut(),
         );
         let at_ms = at.as_millis();
         // Stored (or clamped) above: its bucket is numbered and kept.
@@ -1270,62 +1281,6 @@ impl Scoreboard {
             );
         }
         recorded
-    }
-
-    /// The keys of the cells held.
-    #[cfg(test)]
-    pub(crate) fn cell_keys(&self) -> Vec<u64> {
-        self.cells.keys().collect()
-    }
-
-    /// The key of `provider`'s `metric` cell for `network`, for [`Scoreboard::warm`]. (A
-    /// [`Metric::Pair`] cell is keyed by [`Scoreboard::pair_key`].)
-    #[inline]
-    pub(crate) fn cell_key(metric: Metric, provider: ProviderSlot, network: ClientNetwork) -> u64 {
-        BaseKey::of(metric, provider.0, network).pack()
-    }
-
-    /// The key of the [`Metric::Pair`] cell of providers `a` and `b` for `network`, for
-    /// [`Scoreboard::warm`]; `None` when the two are not paired.
-    #[inline]
-    pub(crate) fn pair_key(
-        a: ProviderSlot,
-        b: ProviderSlot,
-        network: ClientNetwork,
-    ) -> Option<u64> {
-        let (lo, hi) = (a.0.min(b.0), a.0.max(b.0));
-        (lo < hi && hi < PAIR_SLOTS)
-            .then(|| BaseKey::of(Metric::Pair, pair_code(lo, hi), network).pack())
-    }
-
-    /// Reads, without writing, the cells of `keys` ([`Scoreboard::cell_key`],
-    /// [`Scoreboard::pair_key`]): those a batch of samples about to be stored will be written
-    /// to. Read together, in one tight loop, their reads from memory overlap, where storing
-    /// one line after another waits for each cell in turn (a cell of a long-tail network is
-    /// rarely in the cache). Nothing changes; the stores that follow run faster. The ingest
-    /// reads a batch's probe cells ahead so (`scoreboard` on the 2 M-line log: 3% less time
-    /// than without, the median of 8 rounds); its navigation samples are held back instead
-    /// ([`Staged`]), which saves more. (Reading the navigation cells ahead had saved 6-11%,
-    /// and their hit cells, second lines and oldest closed buckets another 5%, before.)
-    #[inline]
-    pub(crate) fn warm(&self, keys: &[u64]) {
-        let mut seen = 0u32;
-        let mut cells: [Option<&Cell>; 256] = [None; 256];
-        for chunk in keys.chunks(cells.len()) {
-            // The cells' two lines first, all of them, then their oldest closed buckets: a
-            // write that opens a new bucket (most writes to a thin cell) closes the open one
-            // and drops the buckets past the retention, reading all three. The bucket's read
-            // waits on its cell's; in a pass of their own those waits overlap.
-            for (place, &key) in cells.iter_mut().zip(chunk) {
-                *place = self.cells.get(key);
-                seen ^= place.map_or(0, |c| c.open.index ^ c.closed.len() as u32);
-            }
-            for cell in cells.iter().take(chunk.len()).flatten() {
-                seen ^= cell.closed.first().map_or(0, |b| b.index);
-            }
-        }
-        // Kept, so the reads are made.
-        std::hint::black_box(seen);
     }
 
     /// Stores a navigation beacon's TTFB (and, served from cache, its hit; see
@@ -3508,10 +3463,11 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2_000))]
 
-        /// Navigation samples held back ([`Staged`]) and written later, at any points, come to
-        /// what each would have come to written at once: the same outcome a sample (a late one
-        /// too old for its cell among them, over a few cells, in any order, out of range,
-        /// implausible or clamped), the same counts and the same cells, bucket by bucket.
+        /// Samples held back ([`Staged`]) and written later, at any points, come to what each
+        /// would have come to written at once: the same outcome a sample (a late one too old
+        /// for its cell among them, over a few cells, in any order, out of range, implausible
+        /// or clamped; navigations, probes with failures among them, and pairs), the same
+        /// counts and the same cells, bucket by bucket.
         #[test]
         fn samples_held_back_come_to_what_they_would_written_at_once(
             samples in proptest::collection::vec(
@@ -3532,6 +3488,15 @@ mod tests {
                 let direct = now.insert_navigation(at, slot, network, v, hit);
                 let held = later.insert_navigation_staged(Some(&mut staged), at, slot, network, v, hit);
                 proptest::prop_assert_eq!(held, direct, "at {} asn {}", t, asn);
+                // Now and then a probe, a failure among them, and its pair.
+                if write % 4 == 1 {
+                    let probe = Sample { at, metric: Metric::Probe, provider: slot, network, value: (!hit).then_some(v) };
+                    proptest::prop_assert_eq!(later.insert_staged(Some(&mut staged), &probe), now.insert(&probe));
+                    let other = now.provider_slot(names[usize::from(who % 2 == 0)]).unwrap();
+                    let times = [(slot, Some(v)), (other, Some(v * 1.5 + 1.0))];
+                    now.insert_pairs(at, network, &times);
+                    later.insert_pairs_staged(Some(&mut staged), at, network, &times);
+                }
                 // Written now and then, and at the end.
                 if write == 0 {
                     later.write_staged(&mut staged);
