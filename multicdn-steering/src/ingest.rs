@@ -388,8 +388,8 @@ impl<R: NetworkResolver> Ingestor<R> {
 
     /// Reads every line of a stream, a block at a time, in bounded memory (a block and at
     /// most 131,072 samples held back, 3 MiB): a line longer than [`MAX_LINE`] is counted as
-    /// [`BadLine::NotJson`] and skipped unread. Stops only on an
-    /// I/O error, which it returns (the lines before it are in the scoreboard and the report).
+    /// [`BadLine::NotJson`] and skipped unread. Stops only on an I/O error, which it returns
+    /// (the lines before it are in the scoreboard and the report).
     pub fn ingest_reader(
         &mut self,
         reader: impl Read,
@@ -434,7 +434,8 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// take turns at the stream: each reads the next block of 256 KiB, cut at a line end,
     /// whenever it is done with its last, so a thread slowed down reads fewer blocks and none
     /// waits for it; which lines land in which shard depends on that. Memory stays bounded: a
-    /// block a thread, its buffer reused, and the samples it holds back. `threads` of 0 or 1 reads on the calling thread.
+    /// block a thread, its buffer reused, and the samples it holds back. `threads` of 0 or 1
+    /// reads on the calling thread.
     pub fn ingest_reader_parallel(
         &mut self,
         reader: impl Read + Send,
@@ -496,8 +497,8 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// numbers the next one (256 KiB cut at a line end) and stores it unlocked. A thread
     /// slowed down (its core taken for a while) only reads fewer blocks; none waits for
     /// another, and no thread of its own reads ahead. Memory: a block a thread and the samples
-    /// it holds back (see [`Ingestor::ingest_block`]). Blocks of 256 KiB
-    /// (some 1,600 lines): the threads end the stream within a millisecond of each other.
+    /// it holds back (see [`Ingestor::ingest_block`]). Blocks of 256 KiB (some 1,600 lines):
+    /// the threads end the stream within a millisecond of each other.
     fn read_shards(
         &mut self,
         reader: impl Read + Send,
@@ -2459,8 +2460,8 @@ mod tests {
 
     #[test]
     fn lines_whose_samples_are_held_back_come_to_what_they_would_one_at_a_time() {
-        // Navigation samples are held back and written later, a part of the cell table at a
-        // time; each line must still come to what it would stored on its own: the same report
+        // Samples are held back and written later, a part of the cell table at a time; each
+        // line must still come to what it would stored on its own: the same report
         // (late lines too old for their cell, lines in the future, providers learnt mid-way)
         // and the same cells.
         let now = 1_800_000_000_000u64;

@@ -915,7 +915,7 @@ pub struct Scoreboard {
     bucket_ms: u64,
     keep: u32,
     /// No cell's open bucket is newer than this one (it may be older): a sample of a bucket
-    /// `keep` or fewer before it is kept by every cell.
+    /// fewer than `keep` before it is kept by every cell.
     newest: u32,
 }
 
@@ -3471,7 +3471,18 @@ mod tests {
         #[test]
         fn samples_held_back_come_to_what_they_would_written_at_once(
             samples in proptest::collection::vec(
-                (0u64..9_000, 0u8..3, 0u32..4, proptest::prop_oneof![plausible(), proptest::strategy::Just(-1.0), proptest::strategy::Just(1e9)], proptest::bool::ANY, 0u8..20),
+                (
+                    0u64..9_000,
+                    0u8..3,
+                    0u32..4,
+                    proptest::prop_oneof![
+                        plausible(),
+                        proptest::strategy::Just(-1.0),
+                        proptest::strategy::Just(1e9),
+                    ],
+                    proptest::bool::ANY,
+                    0u8..20,
+                ),
                 1..400,
             ),
         ) {
@@ -3482,16 +3493,30 @@ mod tests {
             later.stage(&mut staged);
             for &(t, who, asn, v, hit, write) in &samples {
                 // One sample in twenty dated too far ahead for a bucket number.
-                let at = if write == 19 { Timestamp::from_millis(u64::MAX / 2) } else { Timestamp::from_secs(base + t) };
+                let at = if write == 19 {
+                    Timestamp::from_millis(u64::MAX / 2)
+                } else {
+                    Timestamp::from_secs(base + t)
+                };
                 let slot = now.provider_slot(names[usize::from(who % 2)]).unwrap();
                 let network = net(asn, if who == 2 { "FR" } else { "DE" });
                 let direct = now.insert_navigation(at, slot, network, v, hit);
-                let held = later.insert_navigation_staged(Some(&mut staged), at, slot, network, v, hit);
+                let held =
+                    later.insert_navigation_staged(Some(&mut staged), at, slot, network, v, hit);
                 proptest::prop_assert_eq!(held, direct, "at {} asn {}", t, asn);
                 // Now and then a probe, a failure among them, and its pair.
                 if write % 4 == 1 {
-                    let probe = Sample { at, metric: Metric::Probe, provider: slot, network, value: (!hit).then_some(v) };
-                    proptest::prop_assert_eq!(later.insert_staged(Some(&mut staged), &probe), now.insert(&probe));
+                    let probe = Sample {
+                        at,
+                        metric: Metric::Probe,
+                        provider: slot,
+                        network,
+                        value: (!hit).then_some(v),
+                    };
+                    proptest::prop_assert_eq!(
+                        later.insert_staged(Some(&mut staged), &probe),
+                        now.insert(&probe)
+                    );
                     let other = now.provider_slot(names[usize::from(who % 2 == 0)]).unwrap();
                     let times = [(slot, Some(v)), (other, Some(v * 1.5 + 1.0))];
                     now.insert_pairs(at, network, &times);
@@ -3506,7 +3531,10 @@ mod tests {
             proptest::prop_assert_eq!(staged.len(), 0);
             proptest::prop_assert_eq!(later.quality(), now.quality());
             proptest::prop_assert_eq!(later.cells(), now.cells());
-            proptest::prop_assert_eq!(serde_json::to_string(&later).unwrap(), serde_json::to_string(&now).unwrap());
+            proptest::prop_assert_eq!(
+                serde_json::to_string(&later).unwrap(),
+                serde_json::to_string(&now).unwrap()
+            );
         }
     }
 
