@@ -864,6 +864,9 @@ struct StagedSample {
 #[derive(Default)]
 pub(crate) struct Staged {
     parts: Vec<Vec<StagedSample>>,
+    /// The parts holding samples, each once: a write visits these alone, so writing a few
+    /// samples (a line at a time) costs nothing for the parts left empty.
+    touched: Vec<u32>,
     /// The table's slots less one, when the parts were laid out.
     mask: u64,
     len: usize,
@@ -897,8 +900,11 @@ impl Staged {
         // The parts were laid out for the table as it was; it has not grown since, as it
         // only grows as they are written. (Were it otherwise, the part would only be less
         // well chosen.)
-        let last = self.parts.len() - 1;
-        if let Some(p) = self.parts.get_mut(part.min(last)) {
+        let part = part.min(self.parts.len() - 1);
+        if let Some(p) = self.parts.get_mut(part) {
+            if p.is_empty() {
+                self.touched.push(part as u32);
+            }
             p.push(s);
             self.len += 1;
         }
@@ -1148,11 +1154,17 @@ impl Scoreboard {
             .resize_with((slots >> STAGE_PART_SHIFT).max(1), Vec::new);
     }
 
-    /// Writes the samples held back in `staged`, a part of the table after another, each
-    /// part's in the order they came, and lays `staged` out again for the table as it now is.
+    /// Writes the samples held back in `staged`, a part of the table after another in table
+    /// order, each part's in the order they came, and lays `staged` out again for the table as
+    /// it now is.
     pub(crate) fn write_staged(&mut self, staged: &mut Staged) {
         let mut parts = std::mem::take(&mut staged.parts);
-        for part in &mut parts {
+        let mut touched = std::mem::take(&mut staged.touched);
+        touched.sort_unstable();
+        for &i in &touched {
+            let Some(part) = parts.get_mut(i as usize) else {
+                continue;
+            };
             for s in part.iter() {
                 // Held back only when no cell could find it too old (see `write`): this
                 // never fails, and if it did, the count would say so.
@@ -1165,7 +1177,9 @@ impl Scoreboard {
             }
             part.clear();
         }
+        touched.clear();
         staged.parts = parts;
+        staged.touched = touched;
         staged.len = 0;
         self.stage(staged);
     }
