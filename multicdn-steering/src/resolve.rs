@@ -25,6 +25,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use multicdn_core::Country;
+use rustc_hash::FxHashMap;
 
 use crate::beacon::ClientNetwork;
 use crate::error::SteeringError;
@@ -83,8 +84,9 @@ pub struct PrefixTable {
     /// Where each disjoint IPv4 range starts, ascending: kept apart from the rest of the range
     /// so a lookup's search reads four bytes a step (sixteen starts a cache line).
     v4_starts: Vec<u32>,
-    /// Each range's last address and its network, beside its start (a lookup reads one).
-    v4: Vec<(u32, ClientNetwork)>,
+    /// Each range's last address and its network's index in `values`: eight bytes a range,
+    /// so the ranges a lookup reads at random take half the cache a network inline would.
+    v4: Vec<(u32, u32)>,
     /// For each /16 block `b`: how many IPv4 ranges start before `b << 16` (65,537 entries), so
     /// a lookup searches only the ranges that start inside the address's /16.
     v4_blocks: Vec<u32>,
@@ -94,6 +96,8 @@ pub struct PrefixTable {
     /// The same for the top 16 bits of IPv6 addresses (global unicast sits in a few thousand
     /// of them, so a lookup searches tens of ranges, not the whole table).
     v6_blocks: Vec<u32>,
+    /// Each network once (a routing table's hundreds of thousands of prefixes name some tens
+    /// of thousands), so the ones lookups read stay in the core's cache.
     values: Vec<ClientNetwork>,
 }
 
@@ -205,14 +209,15 @@ impl PrefixTableBuilder {
             values,
             runs,
         } = self;
-        let ((v4_starts, v4, v4_blocks), (v6_starts, v6, v6_blocks)) = if threads >= 2 {
+        let ((v4_starts, mut v4, v4_blocks), (v6_starts, mut v6, v6_blocks)) = if threads >= 2 {
             std::thread::scope(|scope| {
                 let v6 = scope.spawn(|| build_v6(&mut v6, runs));
-                (build_v4(&mut v4, &values, runs), joined(v6))
+                (build_v4(&mut v4, runs), joined(v6))
             })
         } else {
-            (build_v4(&mut v4, &values, runs), build_v6(&mut v6, runs))
+            (build_v4(&mut v4, runs), build_v6(&mut v6, runs))
         };
+        let values = dedup_values(&values, &mut v4, &mut v6);
         PrefixTable {
             v4_starts,
             v4,
@@ -246,24 +251,64 @@ impl PrefixTableBuilder {
     }
 }
 
-/// The IPv4 part of a [`PrefixTable`] from the builder's prefixes: starts, ranges, blocks.
-type V4Ranges = (Vec<u32>, Vec<(u32, ClientNetwork)>, Vec<u32>);
-/// The IPv6 part, the same way (a range's network by value index).
+/// The IPv4 part of a [`PrefixTable`] from the builder's prefixes: starts, ranges (by the
+/// builder's value index), blocks.
+type V4Ranges = (Vec<u32>, Vec<(u32, u32)>, Vec<u32>);
+/// The IPv6 part, the same way.
 type V6Ranges = (Vec<u128>, Vec<(u128, u32)>, Vec<u32>);
 
-fn build_v4(prefixes: &mut [(u32, u32, u32)], values: &[ClientNetwork], runs: usize) -> V4Ranges {
+fn build_v4(prefixes: &mut [(u32, u32, u32)], runs: usize) -> V4Ranges {
     order_prefixes(prefixes, runs);
     // Nesting splits a range in at most two around each prefix inside it.
     let mut starts = Vec::with_capacity(prefixes.len() * 2 + 1);
     let mut ranges = Vec::with_capacity(prefixes.len() * 2 + 1);
     flatten_sorted(prefixes, |s, e, v| {
         starts.push(s);
-        ranges.push((e, values.get(v as usize).copied().unwrap_or_default()));
+        ranges.push((e, v));
     });
     starts.shrink_to_fit();
     ranges.shrink_to_fit();
     let blocks = blocks(starts.iter().map(|s| u128::from(*s)), 16);
     (starts, ranges, blocks)
+}
+
+/// Each network the ranges name, once, in the order the IPv4 then the IPv6 ranges first
+/// name it; the ranges' value indices renumbered into it.
+fn dedup_values(
+    values: &[ClientNetwork],
+    v4: &mut [(u32, u32)],
+    v6: &mut [(u128, u32)],
+) -> Vec<ClientNetwork> {
+    const UNSEEN: u32 = u32::MAX;
+    let mut renumbered = vec![UNSEEN; values.len()];
+    // A network as one word (ASN, country and whether each is known), hashed in one step.
+    let word = |n: &ClientNetwork| {
+        let country = n.country.map_or(0, |c| {
+            let [a, b] = c.as_bytes();
+            1 << 16 | u64::from(a) << 8 | u64::from(b)
+        });
+        n.asn.map_or(0, |a| 1 << 32 | u64::from(a)) << 17 | country
+    };
+    let mut index: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut out = Vec::new();
+    let ranges = v4.iter_mut().map(|(_, v)| v).chain(v6.iter_mut().map(|(_, v)| v));
+    for v in ranges {
+        // Every prefix has its value; were one missing, its ranges would resolve to nothing.
+        let Some(slot) = renumbered.get_mut(*v as usize) else {
+            *v = UNSEEN;
+            continue;
+        };
+        if *slot == UNSEEN {
+            let network = values[*v as usize];
+            *slot = *index.entry(word(&network)).or_insert_with(|| {
+                out.push(network);
+                (out.len() - 1) as u32
+            });
+        }
+        *v = *slot;
+    }
+    out.shrink_to_fit();
+    out
 }
 
 fn build_v6(prefixes: &mut [(u128, u128, u32)], runs: usize) -> V6Ranges {
@@ -404,8 +449,8 @@ impl PrefixTable {
         // Ranges starting before this /16 all start at or below `ip`; those starting after it
         // all start above: the answer is the last range starting at or below `ip`.
         let i = lo + self.v4_starts.get(lo..hi)?.partition_point(|s| *s <= ip);
-        let (end, net) = self.v4.get(i.checked_sub(1)?)?;
-        (ip <= *end).then_some(net)
+        let (end, value) = self.v4.get(i.checked_sub(1)?)?;
+        (ip <= *end).then(|| self.values.get(*value as usize))?
     }
 
     #[inline]
@@ -470,7 +515,8 @@ impl PrefixTable {
                 .checked_sub(1)
                 .and_then(|i| self.v4.get(i))
                 .filter(|(end, _)| ip <= *end)
-                .map(|(_, net)| *net)
+                .and_then(|(_, value)| self.values.get(*value as usize))
+                .copied()
                 .unwrap_or_default();
         }
         for (k, ip, below) in v6.search(&self.v6_starts) {
@@ -1602,6 +1648,69 @@ mod tests {
             let mut default = vec![net(u32::MAX); ips.len()];
             NetworkResolver::resolve_all(&&NoBatch(&t), &ips, &mut default);
             prop_assert_eq!(&default, &one_at_a_time);
+        }
+
+        #[test]
+        fn prefixes_sharing_networks_resolve_to_their_own(
+            ps in prop::collection::vec((any::<bool>(), any::<u32>(), 0u8..=32, 0usize..5), 1..60),
+            probes in prop::collection::vec((any::<bool>(), any::<u32>()), 20),
+        ) {
+            // Each network is stored once however many prefixes name it, IPv4 and IPv6 alike:
+            // a few networks, some alike but for their country or its absence, named by many
+            // prefixes of both families.
+            let de = Country::new("DE").unwrap();
+            let fr = Country::new("FR").unwrap();
+            let pool = [
+                ClientNetwork::new(Some(64500), Some(de)),
+                ClientNetwork::new(Some(64500), Some(fr)),
+                ClientNetwork::new(Some(64500), None),
+                ClientNetwork::new(None, Some(de)),
+                ClientNetwork::new(None, None),
+            ];
+            let addr = |v6: bool, a: u32| -> u128 {
+                if v6 { (0x2001u128 << 112) | u128::from(a) << 80 } else { u128::from(a) }
+            };
+            let mut b = PrefixTable::builder();
+            for (v6, a, len, n) in &ps {
+                let text = if *v6 {
+                    format!("{}/{}", std::net::Ipv6Addr::from(addr(true, *a)), 16 + len * 3)
+                } else {
+                    format!("{}/{}", std::net::Ipv4Addr::from(*a), len)
+                };
+                b.insert(&text, pool[*n]).unwrap();
+            }
+            let t = b.build();
+            let mut checks = probes;
+            checks.extend(ps.iter().map(|(v6, a, _, _)| (*v6, *a)));
+            for (v6, ip) in checks {
+                let mut best: Option<(u8, usize)> = None;
+                for (i, (p6, a, len, _)) in ps.iter().enumerate() {
+                    if *p6 != v6 {
+                        continue;
+                    }
+                    let (bits, len) = if v6 { (128, 16 + len * 3) } else { (32, *len) };
+                    let mask = u128::MAX.checked_shl(u32::from(bits - len)).unwrap_or(0)
+                        & (u128::MAX >> (128 - bits));
+                    if addr(v6, ip) & mask == addr(v6, *a) & mask && best.is_none_or(|(l, _)| len >= l) {
+                        best = Some((len, i));
+                    }
+                }
+                let ip_addr = if v6 {
+                    IpAddr::V6(addr(true, ip).into())
+                } else {
+                    IpAddr::V4(ip.into())
+                };
+                let want = best.map(|(_, i)| pool[ps[i].3]).unwrap_or_default();
+                prop_assert_eq!(t.resolve(ip_addr), want);
+                let mut at_once = [net(u32::MAX)];
+                t.resolve_all(&[ip_addr], &mut at_once);
+                prop_assert_eq!(at_once[0], want);
+            }
+            // Stored once: never more networks than the prefixes name apart.
+            let mut named: Vec<ClientNetwork> = ps.iter().map(|p| pool[p.3]).collect();
+            named.sort_by_key(|n| (n.asn, n.country.map(|c| c.as_bytes())));
+            named.dedup();
+            prop_assert!(t.values.len() <= named.len(), "{} networks for {}", t.values.len(), named.len());
         }
 
         #[test]
