@@ -81,14 +81,13 @@ impl NetworkResolver for NoResolver {
 /// built from the same prefixes in the same order are).
 #[derive(Clone, Default, PartialEq)]
 pub struct PrefixTable {
-    /// Where each disjoint IPv4 range starts, ascending: kept apart from the rest of the range
-    /// so a lookup's search reads four bytes a step (sixteen starts a cache line).
-    v4_starts: Vec<u32>,
-    /// Each range's last address and its network's index in `values`: eight bytes a range,
-    /// so the ranges a lookup reads at random take half the cache a network inline would.
-    v4: Vec<(u32, u32)>,
-    /// For each /16 block `b`: how many IPv4 ranges start before `b << 16` (65,537 entries), so
-    /// a lookup searches only the ranges that start inside the address's /16.
+    /// The disjoint IPv4 ranges cut at every /16 boundary, ascending: each lies inside one /16
+    /// and is its first and last address there and its network, eight bytes, so a /16's
+    /// ranges sit together (eight a cache line) and a lookup reads its answer where it
+    /// searched.
+    v4: Vec<V4Range>,
+    /// For each /16 block `b`: how many of `v4` lie before `b << 16` (65,537 entries), so a
+    /// lookup searches only the address's own /16.
     v4_blocks: Vec<u32>,
     /// The same for IPv6: starts, then each range's last address and value index.
     v6_starts: Vec<u128>,
@@ -99,6 +98,15 @@ pub struct PrefixTable {
     /// Each network once (a routing table's hundreds of thousands of prefixes name some tens
     /// of thousands), so the ones lookups read stay in the core's cache.
     values: Vec<ClientNetwork>,
+}
+
+/// A part of an IPv4 range inside one /16: its first and last address's low 16 bits and its
+/// network's index in [`PrefixTable::values`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct V4Range {
+    first: u16,
+    last: u16,
+    value: u32,
 }
 
 /// The ranges starting inside `block` by the index [`blocks`] made (all `ranges` of them when
@@ -209,7 +217,7 @@ impl PrefixTableBuilder {
             values,
             runs,
         } = self;
-        let ((v4_starts, mut v4, v4_blocks), (v6_starts, mut v6, v6_blocks)) = if threads >= 2 {
+        let ((mut v4, v4_blocks), (v6_starts, mut v6, v6_blocks)) = if threads >= 2 {
             std::thread::scope(|scope| {
                 let v6 = scope.spawn(|| build_v6(&mut v6, runs));
                 (build_v4(&mut v4, runs), joined(v6))
@@ -219,7 +227,6 @@ impl PrefixTableBuilder {
         };
         let values = dedup_values(&values, &mut v4, &mut v6);
         PrefixTable {
-            v4_starts,
             v4,
             v4_blocks,
             v6_starts,
@@ -251,32 +258,38 @@ impl PrefixTableBuilder {
     }
 }
 
-/// The IPv4 part of a [`PrefixTable`] from the builder's prefixes: starts, ranges (by the
-/// builder's value index), blocks.
-type V4Ranges = (Vec<u32>, Vec<(u32, u32)>, Vec<u32>);
-/// The IPv6 part, the same way.
+/// The IPv4 part of a [`PrefixTable`] from the builder's prefixes: ranges (by the builder's
+/// value index) and blocks.
+type V4Ranges = (Vec<V4Range>, Vec<u32>);
+/// The IPv6 part: starts, each range's last address and value index, blocks.
 type V6Ranges = (Vec<u128>, Vec<(u128, u32)>, Vec<u32>);
 
 fn build_v4(prefixes: &mut [(u32, u32, u32)], runs: usize) -> V4Ranges {
     order_prefixes(prefixes, runs);
-    // Nesting splits a range in at most two around each prefix inside it.
-    let mut starts = Vec::with_capacity(prefixes.len() * 2 + 1);
+    // Nesting splits a range in at most two around each prefix inside it; a range that spans
+    // /16s is cut at each (at most one more a /16).
     let mut ranges = Vec::with_capacity(prefixes.len() * 2 + 1);
-    flatten_sorted(prefixes, |s, e, v| {
-        starts.push(s);
-        ranges.push((e, v));
+    let mut blocks = vec![0u32; (1 << 16) + 1];
+    flatten_sorted(prefixes, |s, e, value| {
+        for block in (s >> 16)..=(e >> 16) {
+            let first = if block == s >> 16 { s as u16 } else { 0 };
+            let last = if block == e >> 16 { e as u16 } else { u16::MAX };
+            ranges.push(V4Range { first, last, value });
+            blocks[block as usize + 1] += 1;
+        }
     });
-    starts.shrink_to_fit();
     ranges.shrink_to_fit();
-    let blocks = blocks(starts.iter().map(|s| u128::from(*s)), 16);
-    (starts, ranges, blocks)
+    for b in 1..blocks.len() {
+        blocks[b] += blocks[b - 1];
+    }
+    (ranges, blocks)
 }
 
 /// Each network the ranges name, once, in the order the IPv4 then the IPv6 ranges first
 /// name it; the ranges' value indices renumbered into it.
 fn dedup_values(
     values: &[ClientNetwork],
-    v4: &mut [(u32, u32)],
+    v4: &mut [V4Range],
     v6: &mut [(u128, u32)],
 ) -> Vec<ClientNetwork> {
     const UNSEEN: u32 = u32::MAX;
@@ -291,7 +304,10 @@ fn dedup_values(
     };
     let mut index: FxHashMap<u64, u32> = FxHashMap::default();
     let mut out = Vec::new();
-    let ranges = v4.iter_mut().map(|(_, v)| v).chain(v6.iter_mut().map(|(_, v)| v));
+    let ranges = v4
+        .iter_mut()
+        .map(|r| &mut r.value)
+        .chain(v6.iter_mut().map(|(_, v)| v));
     for v in ranges {
         // Every prefix has its value; were one missing, its ranges would resolve to nothing.
         let Some(slot) = renumbered.get_mut(*v as usize) else {
@@ -437,20 +453,21 @@ impl PrefixTable {
         }
     }
 
-    /// The IPv4 ranges that start inside `ip`'s /16, as indices into `v4_starts`.
+    /// The IPv4 ranges inside `ip`'s /16, as indices into `v4`.
     #[inline]
     fn v4_block(&self, ip: u32) -> (usize, usize) {
-        block_range(&self.v4_blocks, (ip >> 16) as usize, self.v4_starts.len())
+        block_range(&self.v4_blocks, (ip >> 16) as usize, self.v4.len())
     }
 
     #[inline]
     fn find_v4(&self, ip: u32) -> Option<&ClientNetwork> {
         let (lo, hi) = self.v4_block(ip);
-        // Ranges starting before this /16 all start at or below `ip`; those starting after it
-        // all start above: the answer is the last range starting at or below `ip`.
-        let i = lo + self.v4_starts.get(lo..hi)?.partition_point(|s| *s <= ip);
-        let (end, value) = self.v4.get(i.checked_sub(1)?)?;
-        (ip <= *end).then(|| self.values.get(*value as usize))?
+        // The /16's ranges are the only ones that can hold `ip`: the answer is the last of
+        // them starting at or below it, if it ends at or above.
+        let low = ip as u16;
+        let i = self.v4.get(lo..hi)?.partition_point(|r| r.first <= low);
+        let r = self.v4.get(lo + i.checked_sub(1)?)?;
+        (low <= r.last).then(|| self.values.get(r.value as usize))?
     }
 
     #[inline]
@@ -462,7 +479,8 @@ impl PrefixTable {
         (ip <= *end).then_some(*value)
     }
 
-    /// How many disjoint ranges the table holds.
+    /// How many disjoint ranges the table holds (an IPv4 range that spans /16s counted once a
+    /// /16).
     pub fn ranges(&self) -> usize {
         self.v4.len() + self.v6.len()
     }
@@ -493,7 +511,7 @@ impl PrefixTable {
     /// mapped IPv6 included) searched together, then the IPv6 ones.
     fn resolve_lanes(&self, ips: &[IpAddr], out: &mut [ClientNetwork]) {
         let n = ips.len().min(out.len()).min(LANES);
-        let (mut v4, mut v6) = (Lanes::<u32>::new(), Lanes::<u128>::new());
+        let (mut v4, mut v6) = (Lanes::<u16>::new(), Lanes::<u128>::new());
         for (k, ip) in ips.iter().take(n).enumerate() {
             let v4_addr = match ip {
                 IpAddr::V4(a) => Ok(*a),
@@ -502,7 +520,7 @@ impl PrefixTable {
             match v4_addr {
                 Ok(a) => {
                     let ip = u32::from(a);
-                    v4.push(k, ip, self.v4_block(ip));
+                    v4.push(k, ip as u16, self.v4_block(ip));
                 }
                 Err(a) => {
                     let ip = u128::from(a);
@@ -510,16 +528,17 @@ impl PrefixTable {
                 }
             }
         }
-        for (k, ip, below) in v4.search(&self.v4_starts) {
-            out[k] = below
-                .checked_sub(1)
-                .and_then(|i| self.v4.get(i))
-                .filter(|(end, _)| ip <= *end)
-                .and_then(|(_, value)| self.values.get(*value as usize))
+        for (k, low, lo, below) in v4.search(&self.v4, |r| r.first) {
+            // Only the /16's own ranges can hold the address.
+            out[k] = (below > lo)
+                .then(|| self.v4.get(below - 1))
+                .flatten()
+                .filter(|r| low <= r.last)
+                .and_then(|r| self.values.get(r.value as usize))
                 .copied()
                 .unwrap_or_default();
         }
-        for (k, ip, below) in v6.search(&self.v6_starts) {
+        for (k, ip, _, below) in v6.search(&self.v6_starts, |s| *s) {
             out[k] = below
                 .checked_sub(1)
                 .and_then(|i| self.v6.get(i))
@@ -538,11 +557,13 @@ impl PrefixTable {
 }
 
 /// Addresses of one family searched together ([`PrefixTable::resolve_lanes`]): each one's
-/// place in the batch, the address, and the part of the range starts still to search.
+/// place in the batch, the key searched for, where its search began and the part still to
+/// search.
 struct Lanes<A> {
     n: usize,
     lane: [usize; LANES],
     key: [A; LANES],
+    lo: [usize; LANES],
     base: [usize; LANES],
     len: [usize; LANES],
 }
@@ -553,34 +574,46 @@ impl<A: Copy + Default + PartialOrd> Lanes<A> {
             n: 0,
             lane: [0; LANES],
             key: [A::default(); LANES],
+            lo: [0; LANES],
             base: [0; LANES],
             len: [0; LANES],
         }
     }
 
-    /// Adds the address at place `lane` of the batch, to be searched in `starts[lo..hi]`.
+    /// Adds the key at place `lane` of the batch, to be searched for in `items[lo..hi]`.
     #[inline]
     fn push(&mut self, lane: usize, key: A, (lo, hi): (usize, usize)) {
         if self.n < LANES {
             let i = self.n;
-            (self.lane[i], self.key[i], self.base[i], self.len[i]) =
-                (lane, key, lo, hi.saturating_sub(lo));
+            (
+                self.lane[i],
+                self.key[i],
+                self.lo[i],
+                self.base[i],
+                self.len[i],
+            ) = (lane, key, lo, lo, hi.saturating_sub(lo));
             self.n += 1;
         }
     }
 
-    /// The binary searches of `find_v4` and `find_v6`, one step for every address at a time
-    /// (an address whose search is done steps in place): for each, its place, itself and how
-    /// many ranges start at or below it.
-    fn search(mut self, starts: &[A]) -> impl Iterator<Item = (usize, A, usize)> {
+    /// The binary searches of `find_v4` and `find_v6`, one step for every key at a time (a
+    /// key whose search is done steps in place), `start` reading where an item starts: for
+    /// each, its place, itself, where its search began and how many items start at or below
+    /// it (counted from the start of `items`).
+    fn search<T>(
+        mut self,
+        items: &[T],
+        start: impl Fn(&T) -> A,
+    ) -> impl Iterator<Item = (usize, A, usize, usize)> {
         let n = self.n;
+        let at_or_below = move |i: usize, key: A| items.get(i).is_some_and(|t| start(t) <= key);
         let mut widest = self.len[..n].iter().copied().max().unwrap_or(0);
         while widest > 1 {
             widest = 0;
             for k in 0..n {
                 let half = self.len[k] / 2;
                 let mid = self.base[k] + half;
-                if half > 0 && starts.get(mid).is_some_and(|s| *s <= self.key[k]) {
+                if half > 0 && at_or_below(mid, self.key[k]) {
                     self.base[k] = mid;
                 }
                 self.len[k] -= half;
@@ -588,10 +621,14 @@ impl<A: Copy + Default + PartialOrd> Lanes<A> {
             }
         }
         (0..n).map(move |k| {
-            // One more range starts at or below the address when the last one left does.
-            let last =
-                self.len[k] == 1 && starts.get(self.base[k]).is_some_and(|s| *s <= self.key[k]);
-            (self.lane[k], self.key[k], self.base[k] + usize::from(last))
+            // One more item starts at or below the key when the last one left does.
+            let last = self.len[k] == 1 && at_or_below(self.base[k], self.key[k]);
+            (
+                self.lane[k],
+                self.key[k],
+                self.lo[k],
+                self.base[k] + usize::from(last),
+            )
         })
     }
 }
