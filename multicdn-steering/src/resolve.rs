@@ -606,20 +606,28 @@ impl<A: Copy + Default + PartialOrd> Lanes<A> {
         start: impl Fn(&T) -> A,
     ) -> impl Iterator<Item = (usize, A, usize, usize)> {
         let n = self.n;
-        let at_or_below = move |i: usize, key: A| items.get(i).is_some_and(|t| start(t) <= key);
-        let mut widest = self.len[..n].iter().copied().max().unwrap_or(0);
+        // With no items there is nothing to step through; otherwise `mid.min(last)` below
+        // is always one of them.
+        let mut widest = match items.len() {
+            0 => 0,
+            _ => self.len[..n].iter().copied().max().unwrap_or(0),
+        };
+        let last = items.len().saturating_sub(1);
         while widest > 1 {
             widest = 0;
             for k in 0..n {
                 let half = self.len[k] / 2;
+                // Without a branch on the comparison, whose outcome is a coin toss the
+                // predictor would lose half the time. A search done (`half` 0) compares
+                // some item and stays where it is; the others' `mid` is inside `items`.
                 let mid = self.base[k] + half;
-                if half > 0 && at_or_below(mid, self.key[k]) {
-                    self.base[k] = mid;
-                }
+                let up = start(&items[mid.min(last)]) <= self.key[k];
+                self.base[k] = std::hint::select_unpredictable(up, mid, self.base[k]);
                 self.len[k] -= half;
                 widest = widest.max(self.len[k]);
             }
         }
+        let at_or_below = move |i: usize, key: A| items.get(i).is_some_and(|t| start(t) <= key);
         (0..n).map(move |k| {
             // One more item starts at or below the key when the last one left does.
             let last = self.len[k] == 1 && at_or_below(self.base[k], self.key[k]);
