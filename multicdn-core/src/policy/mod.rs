@@ -983,7 +983,9 @@ impl Policy {
                 .position_of(&path)
                 .unwrap_or(Position { line: 1, column: 1 }),
             path: escape_control(&path),
-            message,
+            // A message may quote a value from the file, line breaks and all: a diagnostic
+            // is one line.
+            message: escape_control(&message),
         };
         let policy: Policy = match serde_saphyr::from_str(src) {
             Ok(policy) => policy,
@@ -999,7 +1001,7 @@ impl Policy {
                     file: file.to_owned(),
                     position,
                     path: escape_control(index.path_at(position).unwrap_or_default()),
-                    message: plain_message(&e),
+                    message: escape_control(&plain_message(&e)),
                 };
                 let Some(found) = tree::every_problem::<Policy>(src, REQUIRED_SECTIONS)
                     .filter(|f| !f.problems.is_empty())

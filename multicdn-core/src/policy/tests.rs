@@ -205,6 +205,23 @@ fn header_names_must_be_tokens_and_values_single_lines() {
 }
 
 #[test]
+fn a_value_folded_over_lines_is_quoted_on_one_line() {
+    // A plain scalar continued after a blank line folds into "fastly\ns": the deserializer's
+    // message quotes it, and a diagnostic is still one line, the break escaped.
+    let src = edit("    kind: fastly\n", "    kind: fastly\n \n     s\n");
+    let d = invalid(&src);
+    let kind = d
+        .iter()
+        .find(|d| d.path == "providers.fastly.kind")
+        .unwrap_or_else(|| panic!("no diagnostic for the kind in {d:?}"));
+    assert!(kind.message.contains("fastly\\ns"), "{}", kind.message);
+    assert_eq!(kind.position.line, line_of(&src, "kind: fastly"));
+    for diag in &d {
+        assert!(!diag.to_string().contains(['\n', '\r']), "{diag}");
+    }
+}
+
+#[test]
 fn strings_that_reach_a_renderer_carry_no_control_characters() {
     let src = edit("match: \"^/checkout\"", "match: \"^/check\\nout\"")
         .replacen("[currency, trade]", "[currency, \"tr ade\"]", 1)
