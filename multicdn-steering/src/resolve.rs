@@ -606,13 +606,13 @@ impl<A: Copy + Default + PartialOrd> Lanes<A> {
         start: impl Fn(&T) -> A,
     ) -> impl Iterator<Item = (usize, A, usize, usize)> {
         let n = self.n;
-        // With no items there is nothing to step through; otherwise `mid.min(last)` below
-        // is always one of them.
+        // With no items there is nothing to step through; otherwise `mid.min(top)` below is
+        // always one of them.
         let mut widest = match items.len() {
             0 => 0,
             _ => self.len[..n].iter().copied().max().unwrap_or(0),
         };
-        let last = items.len().saturating_sub(1);
+        let top = items.len().saturating_sub(1);
         while widest > 1 {
             widest = 0;
             for k in 0..n {
@@ -621,7 +621,7 @@ impl<A: Copy + Default + PartialOrd> Lanes<A> {
                 // predictor would lose half the time. A search done (`half` 0) compares
                 // some item and stays where it is; the others' `mid` is inside `items`.
                 let mid = self.base[k] + half;
-                let up = start(&items[mid.min(last)]) <= self.key[k];
+                let up = start(&items[mid.min(top)]) <= self.key[k];
                 self.base[k] = std::hint::select_unpredictable(up, mid, self.base[k]);
                 self.len[k] -= half;
                 widest = widest.max(self.len[k]);
