@@ -344,7 +344,7 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// happens in line order as it would one line at a time.
     ///
     /// The samples are held back ([`Scoreboard::insert_staged`] and its kin) and written
-    /// [`STAGE_MAX`] at a time, a part of the cell table after another, rather than each into
+    /// [`Staged::full`] at a time, a part of the cell table after another, rather than each into
     /// a cell somewhere in a table much larger than the cache: what each comes to is known
     /// and counted as it is read, and every public call ends with them written.
     ///
@@ -380,14 +380,14 @@ impl<R: NetworkResolver> Ingestor<R> {
             for read in &mut batch[..n] {
                 let _ = self.take(read, board, now);
             }
-            if self.staged.len() >= STAGE_MAX {
+            if self.staged.full() {
                 self.flush(board);
             }
         }
     }
 
     /// Reads every line of a stream, a block at a time, in bounded memory (a block and at
-    /// most 131,072 samples held back, 3 MiB): a line longer than [`MAX_LINE`] is counted as
+    /// most 1,048,576 samples held back, 24 MiB, fewer for a smaller scoreboard): a line longer than [`MAX_LINE`] is counted as
     /// [`BadLine::NotJson`] and skipped unread. Stops only on an I/O error, which it returns
     /// (the lines before it are in the scoreboard and the report).
     pub fn ingest_reader(
@@ -1125,14 +1125,6 @@ impl<R: Read> Splitter<R> {
 
 /// Lines read ahead of storing them (see [`Ingestor::ingest_block`]).
 const BATCH: usize = 64;
-
-/// The most samples held back before they are written, a part of the cell table at a time
-/// (see [`Ingestor::ingest_block`]): 3 MiB of them. On the 2 M-line log of
-/// `scripts/ingest-vs-duckdb`, holding the navigation samples back, 2^17 and 2^18 ran alike
-/// (4-5% faster than writing each sample as it came, on one core; 7-8% on two), 2^16 a
-/// little slower; 2^20 no faster, with the tool's peak memory 146 MiB where 2^17 takes 103
-/// (93 holding nothing back).
-const STAGE_MAX: usize = 1 << 17;
 
 /// A line read but not yet numbered, counted or stored (see [`Ingestor::parse`]).
 #[derive(Default)]
