@@ -343,10 +343,10 @@ impl<R: NetworkResolver> Ingestor<R> {
     /// together), then the batch is stored in line order. Storing, and everything counted,
     /// happens in line order as it would one line at a time.
     ///
-    /// The samples are held back ([`Scoreboard::insert_staged`] and its kin) and written
-    /// [`Staged::full`] at a time, a part of the cell table after another, rather than each into
-    /// a cell somewhere in a table much larger than the cache: what each comes to is known
-    /// and counted as it is read, and every public call ends with them written.
+    /// The samples are held back ([`Scoreboard::insert_staged`] and its kin) and written many
+    /// at a time (until [`Staged::full`]), a part of the cell table after another, rather than
+    /// each into a cell somewhere in a table much larger than the cache: what each comes to
+    /// is known and counted as it is read, and every public call ends with them written.
     ///
     /// Each line is read into its slot of the batch and stored from there: a beacon's fields
     /// (some 200 bytes) are written once, not moved from the parser to the batch to the store.
@@ -386,10 +386,11 @@ impl<R: NetworkResolver> Ingestor<R> {
         }
     }
 
-    /// Reads every line of a stream, a block at a time, in bounded memory (a block and at
-    /// most 1,048,576 samples held back, 24 MiB, fewer for a smaller scoreboard): a line longer than [`MAX_LINE`] is counted as
-    /// [`BadLine::NotJson`] and skipped unread. Stops only on an I/O error, which it returns
-    /// (the lines before it are in the scoreboard and the report).
+    /// Reads every line of a stream, a block at a time, in bounded memory (a block, and
+    /// samples held back: at most 1,048,576, 24 MiB, fewer for a smaller scoreboard): a line
+    /// longer than [`MAX_LINE`] is counted as [`BadLine::NotJson`] and skipped unread. Stops
+    /// only on an I/O error, which it returns (the lines before it are in the scoreboard and
+    /// the report).
     pub fn ingest_reader(
         &mut self,
         reader: impl Read,

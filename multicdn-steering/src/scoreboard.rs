@@ -3000,7 +3000,7 @@ mod tests {
         assert_eq!(held(10_000), (STAGE_MIN, 16_384));
         assert_eq!(held(20_000), (8 * 32_768, 32_768));
         assert_eq!(held(100_000), (STAGE_MAX, 131_072));
-        assert_eq!(held(2_000_000).0, STAGE_MAX);
+        assert_eq!(held(300_000).0, STAGE_MAX);
         // Full at the cap, not before.
         let mut sb = board();
         let mut staged = Staged::default();
